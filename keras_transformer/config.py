@@ -1,0 +1,215 @@
+"""Configuration: frozen dataclasses, presets, and their JSON form.
+
+Field names equal the constructor arguments of the objects they configure (and their
+`get_config` keys), so `Transformer(**dataclasses.asdict(config.model))` just works.
+"""
+
+import dataclasses
+import json
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the Transformer (Vaswani et al., 2017, Table 3 symbols in brackets).
+
+    Every field is an argument of `keras_transformer.Transformer`; see its docstring.
+    """
+
+    vocabulary_size: int = 8000
+    num_layers: int = 6  # N
+    hidden_dim: int = 512  # d_model
+    intermediate_dim: int = 2048  # d_ff
+    num_heads: int = 8  # h
+    dropout: float = 0.1  # P_drop
+    attention_dropout: float = 0.0
+    max_length: int = 256
+    pad_id: int = 0
+    tie_embeddings: bool = True
+    normalize_first: bool = False
+    layer_norm_epsilon: float = 1e-6
+    use_fused_attention: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it is cut into batches.
+
+    `corpus="multi30k"` reads Multi30K Task 1 (downloaded, or from `data_dir`);
+    any other corpus names its files: `train_files`, `validation_files`, `test_files`
+    are `(source_path, target_path)` pairs.
+    """
+
+    corpus: str = "multi30k"
+    source_language: str = "en"
+    target_language: str = "de"
+    data_dir: str | None = None
+    train_files: tuple[str, str] | None = None
+    validation_files: tuple[str, str] | None = None
+    test_files: tuple[str, str] | None = None
+    batch_tokens: int = 4096  # per side, as the paper's ≈25k source + 25k target
+    shuffle_buffer: int = 20000
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation (Vaswani et al., 2017, §5.3–§5.4) and run bookkeeping."""
+
+    label_smoothing: float = 0.1  # ε_ls
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    beta_1: float = 0.9
+    beta_2: float = 0.98
+    epsilon: float = 1e-9
+    epochs: int = 10
+    steps_per_epoch: int | None = None
+    gradient_accumulation_steps: int = 1
+    mixed_precision: str | None = None
+    jit_compile: bool = False
+    checkpoint_every_steps: int = 500
+    keep_checkpoints: int = 5
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything a run needs; saved as `config.json` in the run directory."""
+
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text, source="<string>"):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{source}: line {error.lineno}: not valid JSON ({error.msg}). "
+                "Fix the file or write it again with `Config.save`."
+            ) from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{source}: expected a JSON object, got {type(raw).__name__}.")
+        return cls(**{
+            section.name: _section_from_dict(section.type, raw.get(section.name, {}), source)
+            for section in dataclasses.fields(cls)
+        })
+
+    def save(self, path):
+        # Write then rename so that an interrupted save never leaves half a file.
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(self.to_json() + "\n")
+        os.replace(temporary, path)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as file:
+            return cls.from_json(file.read(), source=path)
+
+
+def _section_from_dict(section_type, values, source):
+    if not isinstance(values, dict):
+        raise ValueError(f"{source}: section of {section_type.__name__} must be an object.")
+    known = {field.name: field for field in dataclasses.fields(section_type)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown {section_type.__name__} field(s) {unknown}; "
+            f"known fields are {sorted(known)}."
+        )
+    # JSON has no tuples: file pairs come back as lists.
+    values = {key: tuple(value) if isinstance(value, list) else value
+              for key, value in values.items()}
+    return section_type(**values)
+
+
+# Presets as data. Each names the fields it sets; everything else keeps its default.
+PRESETS = {
+    # Table 3 of the paper, "base": 65 M parameters at a 37k shared vocabulary.
+    "paper_base": {
+        "model": dict(vocabulary_size=37000, num_layers=6, hidden_dim=512,
+                      intermediate_dim=2048, num_heads=8, dropout=0.1),
+        "train": dict(label_smoothing=0.1, warmup_steps=4000),
+        "data": dict(batch_tokens=25000),
+    },
+    # Table 3 of the paper, "big".
+    "paper_big": {
+        "model": dict(vocabulary_size=37000, num_layers=6, hidden_dim=1024,
+                      intermediate_dim=4096, num_heads=16, dropout=0.3),
+        "train": dict(label_smoothing=0.1, warmup_steps=4000),
+        "data": dict(batch_tokens=25000),
+    },
+    # Small model for Multi30K (≈29k pairs): the best text-only results on it come from
+    # small, strongly regularised models rather than the paper's base size.
+    "multi30k": {
+        "model": dict(vocabulary_size=8000, num_layers=3, hidden_dim=256,
+                      intermediate_dim=1024, num_heads=4, dropout=0.3),
+        "train": dict(label_smoothing=0.1, warmup_steps=1000, epochs=20,
+                      learning_rate_scale=2.0),
+        "data": dict(batch_tokens=4096),
+    },
+    # A few-second model for tests and smoke runs; not for translation quality.
+    "tiny": {
+        "model": dict(vocabulary_size=1000, num_layers=2, hidden_dim=32,
+                      intermediate_dim=64, num_heads=2, dropout=0.1, max_length=64),
+        "train": dict(label_smoothing=0.1, warmup_steps=50, epochs=1,
+                      checkpoint_every_steps=20),
+        "data": dict(batch_tokens=512, shuffle_buffer=1000),
+    },
+}
+
+DEFAULT_PRESET = "multi30k"
+
+
+def preset_config(name):
+    """Returns the full `Config` of the preset `name`."""
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}. Available presets: {sorted(PRESETS)}.")
+    preset = PRESETS[name]
+    return Config(
+        model=ModelConfig(**preset.get("model", {})),
+        data=DataConfig(**preset.get("data", {})),
+        train=TrainConfig(**preset.get("train", {})),
+    )
+
+
+def override(config, assignments):
+    """Returns `config` with `section.field=value` (or `field=value`) assignments applied.
+
+    Values are parsed as JSON where possible (`dropout=0.2`, `tie_embeddings=false`,
+    `data_dir=null`) and taken as plain strings otherwise (`target_language=fr`). A bare
+    field name is looked up in every section; it must be unambiguous.
+    """
+    sections = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
+    changes = {name: {} for name in sections}
+    for assignment in assignments:
+        key, separator, text = assignment.partition("=")
+        if not separator:
+            raise ValueError(f"Override {assignment!r} must look like field=value.")
+        section_name, _, field_name = key.rpartition(".")
+        candidates = [section_name] if section_name else [
+            name for name, section in sections.items()
+            if field_name in {field.name for field in dataclasses.fields(section)}]
+        if len(candidates) != 1 or candidates[0] not in sections or field_name not in {
+                field.name for field in dataclasses.fields(sections[candidates[0]])}:
+            known = sorted(f"{name}.{field.name}" for name, section in sections.items()
+                           for field in dataclasses.fields(section))
+            raise ValueError(f"Override {assignment!r}: {key!r} names no single config "
+                             f"field. Known fields: {known}.")
+        changes[candidates[0]][field_name] = _parse_value(text)
+    return dataclasses.replace(config, **{
+        name: dataclasses.replace(sections[name], **values)
+        for name, values in changes.items() if values})
+
+
+def _parse_value(text):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return tuple(value) if isinstance(value, list) else value

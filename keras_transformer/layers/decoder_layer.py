@@ -1,0 +1,161 @@
+"""One decoder layer: masked self-attention, cross-attention, feed-forward (§3.1)."""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import causal_mask
+from keras_transformer.layers.residual import residual_block
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(keras.layers.Layer):
+    """Masked self-attention, encoder-decoder attention, then a feed-forward network.
+
+    Each sub-layer sits in a residual connection with dropout and layer normalisation.
+    `call` runs all target positions at once (training, scoring); `decode_step` runs one
+    new position against a key/value cache of the earlier ones and the encoder keys and
+    values projected once per sentence (`project_encoder_output`), so that a decoding
+    step costs O(T) instead of O(T²).
+
+    Args:
+        intermediate_dim: int. Feed-forward width (`d_ff`).
+        num_heads: int. Attention heads (`h`).
+        dropout: float. Dropout on every sub-layer output (`P_drop`).
+        attention_dropout: float. Dropout on attention weights (not in the paper).
+        normalize_first: bool. Pre-LN instead of the paper's post-LN.
+        layer_norm_epsilon: float. Epsilon of the layer normalisations.
+        use_fused_attention: bool. Use `keras.ops.dot_product_attention`.
+        **kwargs: passed to `keras.layers.Layer`.
+
+    Call arguments:
+        x: float tensor `(B, T, D)`, the embedded target prefix.
+        encoder_output: float tensor `(B, S, D)`.
+        self_attention_mask: bool `(B, T, T)`: look-ahead and target padding.
+        cross_attention_mask: bool broadcastable to `(B, T, S)`: source padding.
+        return_attention_scores: bool. Also return `{"self_attention": (B, H, T, T),
+            "cross_attention": (B, H, T, S)}`.
+        training: bool. Whether dropout is active.
+
+    Example:
+    >>> layer = DecoderLayer(intermediate_dim=32, num_heads=2)
+    >>> layer(np.ones((2, 4, 8)), np.ones((2, 6, 8))).shape
+    (2, 4, 8)
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762), §3.1, §3.2.3.
+    """
+
+    def __init__(self, intermediate_dim, num_heads, dropout=0.1, attention_dropout=0.0,
+                 normalize_first=False, layer_norm_epsilon=1e-6, use_fused_attention=False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.normalize_first = normalize_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_fused_attention = use_fused_attention
+        for role in ("self_attention", "cross_attention"):
+            setattr(self, role, MultiHeadAttention(
+                num_heads, dropout=attention_dropout, use_fused_attention=use_fused_attention,
+                dtype=self.dtype_policy, name=role))
+        self.feed_forward = FeedForward(
+            intermediate_dim, dtype=self.dtype_policy, name="feed_forward")
+        for role in ("self_attention", "cross_attention", "feed_forward"):
+            setattr(self, f"{role}_norm", keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=f"{role}_norm"))
+            setattr(self, f"{role}_dropout",
+                    keras.layers.Dropout(dropout, dtype=self.dtype_policy))
+
+    def build(self, x_shape, encoder_output_shape):
+        self.self_attention.build(x_shape, x_shape)
+        self.self_attention_norm.build(x_shape)
+        self.cross_attention.build(x_shape, encoder_output_shape)
+        self.cross_attention_norm.build(x_shape)
+        self.feed_forward.build(x_shape)
+        self.feed_forward_norm.build(x_shape)
+
+    def _sublayers(self, x, self_attend, cross_attend, training):
+        # Masked self-attention block (§3.2.3).
+        x = residual_block(x, self_attend, self.self_attention_norm,
+                           self.self_attention_dropout, self.normalize_first, training)
+        # Encoder-decoder attention block: queries from the decoder, keys/values from
+        # the encoder output (§3.2.3).
+        x = residual_block(x, cross_attend, self.cross_attention_norm,
+                           self.cross_attention_dropout, self.normalize_first, training)
+        # Feed-forward block.
+        return residual_block(x, self.feed_forward, self.feed_forward_norm,
+                              self.feed_forward_dropout, self.normalize_first, training)
+
+    def call(self, x, encoder_output, self_attention_mask=None, cross_attention_mask=None,
+             return_attention_scores=False, training=None):
+        scores = {}
+
+        def attention(role, key_value, mask):
+            def sublayer(h):
+                result = getattr(self, role)(
+                    h, h if key_value is None else key_value, attention_mask=mask,
+                    return_attention_scores=return_attention_scores, training=training)
+                if return_attention_scores:
+                    result, scores[role] = result
+                return result
+            return sublayer
+
+        x = self._sublayers(x, attention("self_attention", None, self_attention_mask),
+                            attention("cross_attention", encoder_output, cross_attention_mask),
+                            training)  # (B, T, D)
+        return (x, scores) if return_attention_scores else x
+
+    def project_encoder_output(self, encoder_output):
+        """Returns the cross-attention keys and values `(B, S, H, K)`, once per sentence."""
+        return self.cross_attention.project_key_value(encoder_output, encoder_output)
+
+    def decode_step(self, x, cache, index, cross_attention_mask):
+        """Runs one target position against the cache of this layer.
+
+        Args:
+            x: float tensor `(B, 1, D)`, the embedded token at position `index`.
+            cache: dict of `(B, T_max, H, K)` `self_keys`/`self_values` (positions
+                before `index` filled) and `(B, S, H, K)` `cross_keys`/`cross_values`.
+            index: scalar int tensor, the position of `x`.
+            cross_attention_mask: bool `(B, 1, S)`: source padding.
+
+        Returns:
+            `(x, cache)`: `(B, 1, D)` and the cache with position `index` written.
+        """
+        cache = dict(cache)
+        cache_length = ops.shape(cache["self_keys"])[1]
+
+        def self_attend(h):
+            keys, values = self.self_attention.project_key_value(h, h)  # (B, 1, H, K)
+            # Write position `index` with a select, not a scatter: static shapes and
+            # builtin ops, so the loop also converts to TFLite.
+            write = (ops.arange(cache_length) == index)[None, :, None, None]
+            cache["self_keys"] = ops.where(write, keys, cache["self_keys"])
+            cache["self_values"] = ops.where(write, values, cache["self_values"])
+            visible = causal_mask(1, cache_length, query_offset=index)[None]  # (1, 1, T_max)
+            return self.self_attention.attend(
+                h, cache["self_keys"], cache["self_values"], visible)
+
+        def cross_attend(h):
+            return self.cross_attention.attend(
+                h, cache["cross_keys"], cache["cross_values"], cross_attention_mask)
+
+        x = self._sublayers(x, self_attend, cross_attend, training=False)  # (B, 1, D)
+        return x, cache
+
+    def compute_output_shape(self, x_shape, encoder_output_shape=None):
+        return x_shape
+
+    def get_config(self):
+        return {**super().get_config(),
+                "intermediate_dim": self.intermediate_dim,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "normalize_first": self.normalize_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "use_fused_attention": self.use_fused_attention}

@@ -1,0 +1,250 @@
+"""The Transformer: encoder-decoder assembled from the layers (Vaswani et al., 2017)."""
+
+import dataclasses
+
+import keras
+from keras import ops
+
+from keras_transformer import config as config_lib
+from keras_transformer.layers import masks
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.token_embedding import TokenEmbedding
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    Takes source and target token ids and returns next-token logits. Every mask is
+    derived from the ids (`pad_id` marks padding; the decoder also hides the future),
+    so inputs need no Keras masks. By default the source embedding, the target
+    embedding and the pre-softmax projection share one matrix (§3.4), which requires a
+    vocabulary shared by both languages. The model is built on construction:
+    `count_params()` works at once.
+
+    Args:
+        vocabulary_size: int. Size of the shared vocabulary (`V`).
+        num_layers: int. Layers in each of the encoder and decoder (`N`).
+        hidden_dim: int. Model width (`d_model`).
+        intermediate_dim: int. Feed-forward width (`d_ff`).
+        num_heads: int. Attention heads (`h`); must divide `hidden_dim`.
+        dropout: float. Dropout on embeddings and every sub-layer output (`P_drop`).
+        attention_dropout: float. Dropout on attention weights; `0.0` as in the paper.
+        max_length: int. Longest source or target sequence, start/end tokens included.
+        pad_id: int. The padding token id.
+        tie_embeddings: bool. Share source/target embeddings and output projection
+            (§3.4). `False` gives each its own matrix.
+        normalize_first: bool. Pre-LN instead of the paper's post-LN (a deviation that
+            trains deep stacks stably with little warmup).
+        layer_norm_epsilon: float. Epsilon of every layer normalisation.
+        use_fused_attention: bool. Use `keras.ops.dot_product_attention` (fused GPU
+            kernels) wherever attention weights are not requested.
+        **kwargs: passed to `keras.Model`.
+
+    Call arguments:
+        inputs: dict with int tensors `source_ids` `(B, S)` and `target_ids` `(B, T)`
+            (the target shifted right: start token first).
+        training: bool. Whether dropout is active.
+
+    Returns:
+        Float32 logits `(B, T, V)`.
+
+    Example:
+    >>> model = Transformer.from_preset("tiny")
+    >>> ids = np.array([[5, 6, 7, 3, 0]])
+    >>> model({"source_ids": ids, "target_ids": ids}).shape
+    (1, 5, 1000)
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762).
+    """
+
+    def __init__(self, vocabulary_size, num_layers=6, hidden_dim=512, intermediate_dim=2048,
+                 num_heads=8, dropout=0.1, attention_dropout=0.0, max_length=256, pad_id=0,
+                 tie_embeddings=True, normalize_first=False, layer_norm_epsilon=1e-6,
+                 use_fused_attention=False, **kwargs):
+        _check_arguments(vocabulary_size=vocabulary_size, num_layers=num_layers,
+                         hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
+                         num_heads=num_heads, dropout=dropout,
+                         attention_dropout=attention_dropout, max_length=max_length,
+                         pad_id=pad_id)
+        super().__init__(**kwargs)
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.max_length = max_length
+        self.pad_id = pad_id
+        self.tie_embeddings = tie_embeddings
+        self.normalize_first = normalize_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_fused_attention = use_fused_attention
+
+        def embedding(name):
+            return TokenEmbedding(vocabulary_size, hidden_dim, max_length, dropout,
+                                  dtype=self.dtype_policy, name=name)
+
+        stack_arguments = dict(
+            num_layers=num_layers, intermediate_dim=intermediate_dim, num_heads=num_heads,
+            dropout=dropout, attention_dropout=attention_dropout,
+            normalize_first=normalize_first, layer_norm_epsilon=layer_norm_epsilon,
+            use_fused_attention=use_fused_attention, dtype=self.dtype_policy)
+        if tie_embeddings:
+            # §3.4: one matrix for both embeddings and the pre-softmax projection.
+            self.shared_embedding = embedding("shared_embedding")
+            self.output_projection = None
+        else:
+            self.source_embedding = embedding("source_embedding")
+            self.target_embedding = embedding("target_embedding")
+            self.output_projection = keras.layers.Dense(
+                vocabulary_size, use_bias=False, dtype=self.dtype_policy,
+                name="output_projection")
+        self.encoder = Encoder(**stack_arguments, name="encoder")
+        self.decoder = Decoder(**stack_arguments, name="decoder")
+        self.build()
+
+    def build(self, inputs_shape=None):
+        if self.built:
+            return
+        ids_shape, hidden_shape = (None, None), (None, None, self.hidden_dim)
+        self._source_embedding.build(ids_shape)
+        self.encoder.build(hidden_shape)
+        self._target_embedding.build(ids_shape)
+        self.decoder.build(hidden_shape, hidden_shape)
+        if self.output_projection is not None:
+            self.output_projection.build(hidden_shape)
+
+    @property
+    def _source_embedding(self):
+        return self.shared_embedding if self.tie_embeddings else self.source_embedding
+
+    @property
+    def _target_embedding(self):
+        return self.shared_embedding if self.tie_embeddings else self.target_embedding
+
+    @classmethod
+    def from_preset(cls, name, **overrides):
+        """Returns a built model of the preset `name` (see `config.PRESETS`).
+
+        Args:
+            name: str. `"paper_base"`, `"paper_big"`, `"multi30k"` or `"tiny"`.
+            **overrides: constructor arguments replacing the preset's, e.g.
+                `vocabulary_size=37000`.
+        """
+        model_config = config_lib.preset_config(name).model
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(model_config)})
+        if unknown:
+            raise ValueError(f"Unknown Transformer argument(s) {unknown} for preset {name!r}.")
+        return cls(**dataclasses.asdict(dataclasses.replace(model_config, **overrides)))
+
+    def encode(self, source_ids, training=None):
+        """Returns the encoder output `(B, S, D)` for source ids `(B, S)`."""
+        padding_mask = masks.padding_mask(source_ids, self.pad_id)  # (B, S)
+        x = self._source_embedding(source_ids, training=training)  # (B, S, D)
+        return self.encoder(x, padding_mask=padding_mask, training=training)
+
+    def decode(self, target_ids, encoder_output, source_ids, training=None,
+               return_attention_scores=False):
+        """Returns logits `(B, T, V)` for every position of the target prefix.
+
+        Args:
+            target_ids: int `(B, T)`, starting with the start token.
+            encoder_output: float `(B, S, D)` from `encode`.
+            source_ids: int `(B, S)`, the ids `encoder_output` came from (for its mask).
+            training: bool. Whether dropout is active.
+            return_attention_scores: bool. Also return a list (one per layer) of dicts
+                `{"self_attention": (B, H, T, T), "cross_attention": (B, H, T, S)}`.
+        """
+        target_padding = masks.padding_mask(target_ids, self.pad_id)  # (B, T)
+        source_padding = masks.padding_mask(source_ids, self.pad_id)  # (B, S)
+        x = self._target_embedding(target_ids, training=training)  # (B, T, D)
+        x = self.decoder(
+            x, encoder_output,
+            self_attention_mask=masks.decoder_self_attention_mask(target_padding),
+            cross_attention_mask=masks.key_padding_attention_mask(source_padding),
+            return_attention_scores=return_attention_scores, training=training)
+        if return_attention_scores:
+            x, scores = x
+            return self._logits(x), scores
+        return self._logits(x)
+
+    def _logits(self, hidden):
+        if self.output_projection is None:
+            logits = self.shared_embedding.attend(hidden)  # (B, T, V)
+        else:
+            logits = self.output_projection(hidden)  # (B, T, V)
+        # Float32 logits keep the softmax and loss stable under mixed precision.
+        return ops.cast(logits, "float32")
+
+    def call(self, inputs, training=None):
+        source_ids, target_ids = inputs["source_ids"], inputs["target_ids"]
+        encoder_output = self.encode(source_ids, training=training)
+        return self.decode(target_ids, encoder_output, source_ids, training=training)
+
+    def init_cache(self, encoder_output, source_ids, max_length):
+        """Returns the decoding cache for `max_length` target positions.
+
+        A dict of tensors with the batch on axis 0 (so beam search reorders it with one
+        `gather` per tensor): per-layer lists `self_keys`/`self_values` `(B, max_length,
+        H, K)` (zeros, filled step by step), `cross_keys`/`cross_values` `(B, S, H, K)`
+        (the encoder output projected once), and `source_padding_mask` `(B, S)`.
+        """
+        batch = ops.shape(encoder_output)[0]
+        head_dim = self.hidden_dim // self.num_heads
+        empty = ops.zeros((batch, max_length, self.num_heads, head_dim), encoder_output.dtype)
+        cross_keys, cross_values = self.decoder.project_encoder_output(encoder_output)
+        return {
+            "self_keys": [empty] * self.num_layers,
+            "self_values": [empty] * self.num_layers,
+            "cross_keys": cross_keys,
+            "cross_values": cross_values,
+            "source_padding_mask": masks.padding_mask(source_ids, self.pad_id),
+        }
+
+    def decode_step(self, token_ids, cache, index):
+        """Decodes one position with the cache; always returns `(logits, cache)`.
+
+        Args:
+            token_ids: int `(B,)`, the tokens at position `index`.
+            cache: from `init_cache` or the previous step.
+            index: scalar int, the position of `token_ids` (0 for the start token).
+
+        Returns:
+            `(logits, cache)`: float32 `(B, V)` for position `index + 1`, and the cache
+            with position `index` written.
+        """
+        x = self._target_embedding(token_ids[:, None], start_position=index,
+                                   training=False)  # (B, 1, D)
+        cross_mask = masks.key_padding_attention_mask(cache["source_padding_mask"])
+        x, cache = self.decoder.decode_step(x, cache, index, cross_mask)  # (B, 1, D)
+        return self._logits(x)[:, 0, :], cache
+
+    def get_config(self):
+        return {**super().get_config(),
+                **{field.name: getattr(self, field.name)
+                   for field in dataclasses.fields(config_lib.ModelConfig)}}
+
+
+def _check_arguments(**arguments):
+    """Raises `ValueError` naming the first argument of `Transformer` that is invalid."""
+    def fail(name, requirement):
+        raise ValueError(f"Transformer argument {name}={arguments[name]!r} is invalid: "
+                         f"{requirement}.")
+
+    for name in ("vocabulary_size", "num_layers", "hidden_dim", "intermediate_dim",
+                 "num_heads", "max_length"):
+        if not isinstance(arguments[name], int) or arguments[name] < 1:
+            fail(name, "it must be a positive integer")
+    if arguments["hidden_dim"] % arguments["num_heads"]:
+        fail("hidden_dim", f"it must be divisible by num_heads={arguments['num_heads']}")
+    if arguments["hidden_dim"] % 2:
+        fail("hidden_dim", "it must be even (sines and cosines pair up, §3.5)")
+    for name in ("dropout", "attention_dropout"):
+        if not 0.0 <= arguments[name] < 1.0:
+            fail(name, "it must be in [0, 1)")
+    if not 0 <= arguments["pad_id"] < arguments["vocabulary_size"]:
+        fail("pad_id", f"it must be a token id below vocabulary_size")

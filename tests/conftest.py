@@ -1,0 +1,39 @@
+"""Shared fixtures: data locations and a quiet TensorFlow."""
+
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import pytest  # noqa: E402
+
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+MULTI30K_FILES = ("train.en.gz", "train.de.gz", "val.en.gz", "val.de.gz")
+
+
+def find_multi30k():
+    """Returns the local Multi30K directory, or None when this machine has none."""
+    candidates = [os.environ.get("KERAS_TRANSFORMER_DATA_DIR"),
+                  REPOSITORY.parent / "shared" / "data" / "multi30k"]
+    for candidate in candidates:
+        if candidate and all((pathlib.Path(candidate) / name).exists()
+                             for name in MULTI30K_FILES):
+            return pathlib.Path(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir():
+    """The Multi30K directory; skips the test when it is absent."""
+    directory = find_multi30k()
+    if directory is None:
+        pytest.skip("Multi30K is not on this machine: set KERAS_TRANSFORMER_DATA_DIR "
+                    "to a directory holding train/val/test_2016_flickr.{en,de,fr}.gz")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def fixture_corpus_dir():
+    """A small en/de/fr corpus written for these tests, with Multi30K's file names."""
+    return FIXTURES / "corpus"
