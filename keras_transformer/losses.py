@@ -1,0 +1,87 @@
+"""Label-smoothed cross-entropy over target tokens, ignoring padding (§5.4)."""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Mean label-smoothed cross-entropy per real (non-padding) target token.
+
+    The target distribution puts `1 - label_smoothing` on the reference token and spreads
+    `label_smoothing` uniformly over the whole vocabulary (`ε/V` on every token, the
+    convention of Szegedy et al. and of Keras's dense-label losses). The per-token loss is
+    `-(1 - ε) · log p(y) - (ε / V) · Σ_v log p(v)`; with `label_smoothing=0` it is the
+    plain cross-entropy.
+
+    Tokens equal to `pad_id` get weight 0; `sample_weight`, when given (the data pipeline
+    passes its loss weights), multiplies that mask. The sum of weighted token losses is
+    divided by the sum of weights over the *whole* global batch: under `tf.distribute` each
+    replica divides by the token count of all replicas together (one scalar all-reduce), so
+    the summed gradients, and the loss Keras reports, are those of one device seeing the
+    whole batch, whatever the number of replicas. (A loss that returned its own
+    `sum / count` would be counted once per replica.)
+
+    Args:
+        label_smoothing: float in `[0, 1)`. `ε_ls` of the paper. Defaults to `0.1`.
+        pad_id: int. Target id that never contributes. Defaults to `0`.
+        name: str. Name of the loss.
+        dtype: dtype of the computation. Defaults to `"float32"`, also under mixed
+            precision, where the logits are float32 anyway.
+
+    Call arguments:
+        y_true: int tensor `(B, T)` of target ids.
+        y_pred: float tensor `(B, T, V)` of logits (not probabilities).
+        sample_weight: optional float tensor `(B, T)`.
+
+    Returns:
+        A float32 scalar. `loss.call(y_true, y_pred)` gives the per-token losses `(B, T)`.
+
+    Example:
+
+    >>> loss = LabelSmoothedCrossEntropy(label_smoothing=0.0)
+    >>> round(float(loss([[3, 0]], [[[0.0, 0.0, 0.0, 0.0], [9.0, 0.0, 0.0, 0.0]]])), 4)
+    1.3863
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762), §5.4.
+        - [Szegedy et al., 2016](https://arxiv.org/abs/1512.00567), §7.
+    """
+
+    def __init__(self, label_smoothing=0.1, pad_id=0,
+                 name="label_smoothed_cross_entropy", dtype="float32"):
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
+        super().__init__(name=name, reduction="sum", dtype=dtype)
+        self.label_smoothing = label_smoothing
+        self.pad_id = pad_id
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        weights = ops.cast(ops.not_equal(y_true, self.pad_id), self.dtype)  # (B, T)
+        if sample_weight is not None:
+            weights = weights * ops.cast(sample_weight, self.dtype)
+        total = super().__call__(y_true, y_pred, sample_weight=weights)
+        tokens = _sum_over_replicas(ops.stop_gradient(ops.sum(weights)))
+        return ops.divide_no_nan(total, tokens)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")  # Loss.__call__ hands it over as floats
+        log_normalizer = ops.logsumexp(y_pred, axis=-1)  # (B, T)
+        true_logit = ops.take_along_axis(y_pred, y_true[..., None], axis=-1)[..., 0]
+        true_log_prob = true_logit - log_normalizer  # (B, T)
+        mean_log_prob = ops.mean(y_pred, axis=-1) - log_normalizer  # (B, T)
+        return -(1.0 - self.label_smoothing) * true_log_prob - (
+            self.label_smoothing * mean_log_prob)
+
+    def get_config(self):
+        return {"name": self.name, "label_smoothing": self.label_smoothing,
+                "pad_id": self.pad_id, "dtype": self.dtype}
+
+
+def _sum_over_replicas(value):
+    """Sums a scalar over the replicas that train in sync; unchanged on one device."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
