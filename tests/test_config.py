@@ -1,0 +1,61 @@
+import dataclasses
+import json
+
+import pytest
+
+from keras_transformer import config as config_lib
+from keras_transformer import Transformer
+
+
+def test_json_round_trip(tmp_path):
+    config = config_lib.preset_config("multi30k")
+    config = dataclasses.replace(config, data=dataclasses.replace(
+        config.data, train_files=("a.en", "a.de")))
+    config.save(tmp_path / "config.json")
+    assert config_lib.Config.load(tmp_path / "config.json") == config
+
+
+def test_model_fields_are_the_constructor_arguments_and_config_keys():
+    model_config = config_lib.preset_config("tiny").model
+    model = Transformer(**dataclasses.asdict(model_config))
+    config = model.get_config()
+    assert {k: config[k] for k in dataclasses.asdict(model_config)} == dataclasses.asdict(
+        model_config)
+
+
+def test_paper_presets_follow_table_3():
+    base, big = (config_lib.preset_config(name) for name in ("paper_base", "paper_big"))
+    assert (base.model.num_layers, base.model.hidden_dim, base.model.intermediate_dim,
+            base.model.num_heads, base.model.dropout) == (6, 512, 2048, 8, 0.1)
+    assert (big.model.num_layers, big.model.hidden_dim, big.model.intermediate_dim,
+            big.model.num_heads, big.model.dropout) == (6, 1024, 4096, 16, 0.3)
+    assert base.train.label_smoothing == 0.1 and base.train.warmup_steps == 4000
+
+
+def test_overrides_by_section_or_unique_field_name():
+    config = config_lib.override(config_lib.preset_config("tiny"), [
+        "model.dropout=0.2", "target_language=fr", "tie_embeddings=false", "data_dir=null"])
+    assert config.model.dropout == 0.2
+    assert config.data.target_language == "fr"
+    assert config.model.tie_embeddings is False
+    assert config.data.data_dir is None
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("hiden_dim=3", "names no single config field"),
+    ("seed=3", "names no single config field"),  # in data and train: ambiguous
+    ("dropout", "field=value"),
+])
+def test_bad_overrides_are_explained(assignment, message):
+    with pytest.raises(ValueError, match=message):
+        config_lib.override(config_lib.preset_config("tiny"), [assignment])
+
+
+def test_corrupt_or_unknown_config_files_name_the_file_and_problem(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model": {"hidden_dim": 8,')
+    with pytest.raises(ValueError, match="config.json: line 1"):
+        config_lib.Config.load(path)
+    path.write_text(json.dumps({"model": {"hidden_size": 8}}))
+    with pytest.raises(ValueError, match="hidden_size"):
+        config_lib.Config.load(path)
