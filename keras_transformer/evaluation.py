@@ -1,0 +1,194 @@
+"""Evaluation: translate a source file with an exported translator and score it with sacreBLEU.
+
+What is served is what is scored: the default is to run the exported SavedModel (or a
+`.tflite` file) on the source text and score its output, so tokenization, the decode loop
+and detokenization are the ones users get. Scores are sacreBLEU's BLEU and chrF on
+detokenized, cased text with its default `13a` tokenization, each printed with its
+sacreBLEU signature so that numbers from different runs can be compared honestly.
+
+Command line:
+
+    python -m keras_transformer.evaluation --artifact RUN_DIR/export/saved_model \\
+        --source test_2016_flickr.en.gz --reference test_2016_flickr.de.gz \\
+        [--beam] [--batch-size 64] [--output hypotheses.de] [--json scores.json]
+
+`--artifact` also takes a `.tflite` file, or a run directory (its exported SavedModel is
+used). Final scores of the recommended recipe use checkpoint averaging and `--beam`.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import sys
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from keras_transformer import exported
+
+# Each metric is a fresh object per call: sacreBLEU objects cache reference statistics.
+_METRICS = {"bleu": BLEU, "chrf": CHRF}
+
+
+def read_lines(path):
+    """Returns the lines of a UTF-8 text file (`.gz` is decompressed), without newlines."""
+    opener = gzip.open if os.fspath(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as file:
+        return [line.rstrip("\r\n") for line in file]
+
+
+def write_lines(path, lines):
+    """Writes `lines` to `path`, one per line (written to a temporary name, then renamed)."""
+    temporary = f"{path}.partial"
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.writelines(f"{line}\n" for line in lines)
+    os.replace(temporary, path)
+
+
+def check_line_counts(lines, reference_lines, lines_name, reference_name):
+    """Raises `ValueError` naming both files and their counts when the counts differ."""
+    if len(lines) != len(reference_lines):
+        raise ValueError(
+            f"Line counts differ: {lines_name} has {len(lines)} lines but "
+            f"{reference_name} has {len(reference_lines)}. The files must be "
+            "line-aligned: one translation per reference line.")
+
+
+def score(hypotheses, references, *, hypotheses_name="hypotheses",
+          references_name="references"):
+    """Scores detokenized `hypotheses` against one reference each with sacreBLEU.
+
+    Args:
+        hypotheses: list of str, one translation per line.
+        references: list of str, aligned with `hypotheses`.
+        hypotheses_name, references_name: str. What to call them in errors (file names).
+
+    Returns:
+        `{"bleu": {...}, "chrf": {...}}`, each `{"name": str, "score": float,
+        "signature": str, "text": str}`: `name` and `signature` as sacreBLEU writes them
+        (`"BLEU"`, `"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"`), and
+        `text` sacreBLEU's own line: name, signature, score and details.
+
+    Raises:
+        ValueError: when the line counts differ.
+    """
+    check_line_counts(hypotheses, references, hypotheses_name, references_name)
+    scores = {}
+    for name, metric_class in _METRICS.items():
+        metric = metric_class()
+        result = metric.corpus_score(list(hypotheses), [list(references)])
+        # The signature is only complete after scoring (it records e.g. the version).
+        signature = str(metric.get_signature())
+        scores[name] = {"name": result.name, "score": result.score, "signature": signature,
+                        "text": result.format(signature=signature)}
+    return scores
+
+
+def translate_lines(translate, lines, batch_size=64, verbose=True):
+    """Returns the translations of `lines`, translating `batch_size` lines at a time.
+
+    Args:
+        translate: callable, list of str -> list of str (see `exported.load_translator`).
+        lines: list of str.
+        batch_size: int. Lines per call.
+        verbose: bool. Show a progress bar counting batches.
+    """
+    import keras
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    starts = range(0, len(lines), batch_size)
+    progress = keras.utils.Progbar(len(starts), unit_name="batch") if verbose else None
+    translations = []
+    for done, start in enumerate(starts, 1):
+        batch = lines[start:start + batch_size]
+        outputs = list(translate(batch))
+        if len(outputs) != len(batch):
+            raise ValueError(f"The translator returned {len(outputs)} translations for "
+                             f"{len(batch)} sentences.")
+        translations.extend(outputs)
+        if progress is not None:
+            progress.update(done)
+    return translations
+
+
+def evaluate(artifact, source, reference, *, batch_size=64, beam=False, output=None,
+             json_path=None, verbose=True):
+    """Translates the `source` file with `artifact` and scores it against `reference`.
+
+    Args:
+        artifact: str. A SavedModel directory, a `.tflite` file or a run directory.
+        source: str. Source sentences, one per line (plain text or `.gz`).
+        reference: str. Reference translations, line-aligned with `source`.
+        batch_size: int. Sentences per call of the translator.
+        beam: bool. Use the artifact's beam-search signature instead of greedy decoding.
+        output: optional str. Where to write the translations, one per line.
+        json_path: optional str. Where to write the scores (and what was scored) as JSON.
+        verbose: bool. Show a progress bar.
+
+    Returns:
+        The dict of `score`, plus `"artifact"`, `"source"`, `"reference"`, `"beam"` and
+        `"sentences"`.
+    """
+    source_lines, reference_lines = read_lines(source), read_lines(reference)
+    # Checked before translating, which can take minutes.
+    check_line_counts(source_lines, reference_lines, source, reference)
+    artifact_path = exported.resolve_artifact(artifact)
+    translate = exported.load_translator(artifact_path, beam=beam)
+    hypotheses = translate_lines(translate, source_lines, batch_size, verbose)
+    if output:
+        write_lines(output, hypotheses)
+    scores = score(hypotheses, reference_lines, hypotheses_name=output or "the translations",
+                   references_name=reference)
+    scores.update(artifact=os.fspath(artifact_path), source=os.fspath(source),
+                  reference=os.fspath(reference), beam=beam,
+                  sentences=len(hypotheses))
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as file:
+            json.dump(scores, file, indent=2, ensure_ascii=False)
+            file.write("\n")
+    return scores
+
+
+def format_scores(scores):
+    """Returns sacreBLEU's line (signature = score) for each metric of `score`'s result."""
+    return "\n".join(scores[name]["text"] for name in _METRICS)
+
+
+def parse_args(argv=None):
+    """Parses the command line of `main`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_transformer.evaluation",
+        description="Translate a source file with an exported translator and score it "
+                    "with sacreBLEU (BLEU, chrF; detokenized, cased, 13a).")
+    parser.add_argument("--artifact", required=True,
+                        help="exported SavedModel directory, .tflite file, or run directory "
+                             "(uses RUN_DIR/export/saved_model)")
+    parser.add_argument("--source", required=True, help="source text (plain or .gz)")
+    parser.add_argument("--reference", required=True, help="reference text (plain or .gz)")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="sentences per translator call (default: 64)")
+    parser.add_argument("--beam", action="store_true",
+                        help="use the beam-search signature instead of greedy decoding")
+    parser.add_argument("--output", help="write the translations here, one per line")
+    parser.add_argument("--json", dest="json_path", help="write the scores here as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    """Runs the command line; returns the exit status."""
+    args = parse_args(argv)
+    try:
+        scores = evaluate(args.artifact, args.source, args.reference,
+                          batch_size=args.batch_size, beam=args.beam, output=args.output,
+                          json_path=args.json_path, verbose=not args.quiet)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(format_scores(scores))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
