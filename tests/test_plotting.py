@@ -32,7 +32,8 @@ def test_attention_axes_are_labelled_with_the_tokens():
     figure = plotting.plot_attention(_attention(2), SOURCE, TARGET, title="layer 1",
                                      head_names=["first", "second"])
     assert _tick_labels(figure.axes, "x") == [SOURCE, SOURCE]
-    assert _tick_labels(figure.axes, "y") == [TARGET, TARGET]
+    # Panels of a row share the queries: only the row's first panel names them.
+    assert _tick_labels(figure.axes, "y") == [TARGET, []]
     assert [axes.get_title() for axes in figure.axes] == ["first", "second"]
     assert figure.get_suptitle() == "layer 1"
 
