@@ -1,0 +1,88 @@
+"""Where training runs: the `tf.distribute` strategy and the numeric precision.
+
+Nothing here knows about the model. `choose_strategy` must run before anything else
+touches TensorFlow devices, and `set_precision` before the model is built.
+"""
+
+import json
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+_POLICIES = {None: "float32", "float32": "float32",
+             "bfloat16": "mixed_bfloat16", "mixed_bfloat16": "mixed_bfloat16",
+             "float16": "mixed_float16", "mixed_float16": "mixed_float16"}
+
+
+def choose_strategy(devices=None):
+    """Returns the distribution strategy for this process.
+
+    - `TF_CONFIG` set (a cluster of workers): `MultiWorkerMirroredStrategy`.
+    - `devices` given: `MirroredStrategy` over exactly those, e.g. `("/gpu:0", "/gpu:1")`.
+    - Two or more visible GPUs: `MirroredStrategy` over all of them.
+    - Otherwise (one GPU or only the CPU): the default strategy. With one device there is
+      nothing to keep in sync, and mirroring would only add copies.
+
+    Args:
+        devices: optional sequence of device names.
+
+    Returns:
+        A `tf.distribute.Strategy`; enter its `scope()` to build and compile the model.
+    """
+    if os.environ.get("TF_CONFIG"):
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if devices:
+        return tf.distribute.MirroredStrategy(list(devices))
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
+    return tf.distribute.get_strategy()
+
+
+def is_chief():
+    """Whether this process writes the run directory (always, unless in a worker cluster).
+
+    In a `TF_CONFIG` cluster the chief is the task of type `"chief"`, or worker 0 when the
+    cluster has no chief; the other workers train but leave the files to it.
+    """
+    tf_config = _tf_config()
+    task = tf_config.get("task") or {}
+    if not task:
+        return True
+    if tf_config.get("cluster", {}).get("chief"):
+        return task.get("type") == "chief"
+    return task.get("type") == "worker" and worker_index() == 0
+
+
+def worker_index():
+    """Index of this task in its `TF_CONFIG` cluster; 0 outside a cluster."""
+    return int((_tf_config().get("task") or {}).get("index", 0))
+
+
+def _tf_config():
+    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+
+
+def set_precision(mixed_precision):
+    """Sets Keras's global dtype policy; the model must be built after this call.
+
+    Args:
+        mixed_precision: `None` or `"float32"` (full precision), `"bfloat16"` or
+            `"float16"` (compute in that type, keep float32 weights; Keras adds loss
+            scaling for float16 by itself).
+
+    Returns:
+        The name of the policy set, e.g. `"mixed_bfloat16"`.
+    """
+    if mixed_precision not in _POLICIES:
+        raise ValueError(f"mixed_precision={mixed_precision!r} is not one of "
+                         "None, 'float32', 'bfloat16', 'float16'.")
+    policy = _POLICIES[mixed_precision]
+    if policy != "float32" and not tf.config.list_logical_devices("GPU"):
+        # Runs, but CPUs have no fast half-precision matmul: it is slower, not faster.
+        logging.warning("mixed_precision=%s without a GPU will be slower than float32.",
+                        mixed_precision)
+    keras.mixed_precision.set_global_policy(policy)
+    return policy
