@@ -1,0 +1,192 @@
+"""Decoding contracts: cached = uncached, stub sequences, batching, graph and TFLite runs."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer
+from keras_transformer import decoding
+
+PAD, START, END = 0, 2, 3
+MAX_LENGTH = 10
+
+# Three sentences of different lengths, padded: padding must change nothing.
+SOURCES = [[5, 6, 7, END], [8, 9, 10, 11, 12, 13, END], [14, END]]
+
+
+def padded(sentences, length=None):
+    length = length or max(len(sentence) for sentence in sentences)
+    return np.array([sentence + [PAD] * (length - len(sentence)) for sentence in sentences],
+                    np.int32)
+
+
+class PrefixTreeModel:
+    """Stands in for `Transformer`: next-token probabilities are a table per prefix.
+
+    `tree` maps a prefix to `{token: probability}`. A prefix starts with the sentence's
+    first source token (so sentences of one batch can follow different trees), then the
+    output tokens so far. Prefixes outside the tree emit `fallback_token` with
+    probability 1. The decoding state (the prefix's row) lives in the cache, so beam
+    search must reorder the cache for this model to work.
+    """
+
+    def __init__(self, tree, vocabulary_size=16, max_length=32, fallback_token=END):
+        self.max_length = max_length
+        prefixes = sorted(set(tree) | {prefix + (token,) for prefix, options in tree.items()
+                                       for token in options}, key=lambda p: (len(p), p))
+        state = {prefix: i for i, prefix in enumerate(prefixes)}
+        sink = len(prefixes)
+        probabilities = np.full((sink + 1, vocabulary_size), 1e-9)
+        probabilities[:, fallback_token] = 1.0
+        transitions = np.full((sink + 1, vocabulary_size), sink)
+        for prefix, options in tree.items():
+            probabilities[state[prefix]] = 1e-9
+            for token, probability in options.items():
+                probabilities[state[prefix], token] = probability
+                transitions[state[prefix], token] = state[prefix + (token,)]
+        first_state = np.full(vocabulary_size, sink)
+        for prefix in prefixes:
+            if len(prefix) == 1:
+                first_state[prefix[0]] = state[prefix]
+        self.log_probabilities = tf.constant(np.log(probabilities), tf.float32)
+        self.transitions = tf.constant(transitions, tf.int32)
+        self.first_state = tf.constant(first_state, tf.int32)
+
+    def encode(self, source_ids, training=None):
+        return tf.zeros(tf.concat([tf.shape(source_ids), [1]], 0))  # (B, S, 1)
+
+    def init_cache(self, encoder_output, source_ids, max_length):
+        return {"state": tf.gather(self.first_state, source_ids[:, 0])}  # (B,)
+
+    def decode_step(self, token_ids, cache, index):
+        # The start token (index 0) leaves the state at the sentence's root.
+        moved = tf.gather_nd(self.transitions, tf.stack([cache["state"], token_ids], 1))
+        state = tf.where(index == 0, cache["state"], moved)  # (B,)
+        return tf.gather(self.log_probabilities, state), {"state": state}
+
+
+def sequence_tree(key, tokens, probability=0.9):
+    """A tree in which sentence `key` spells `tokens`, each with `probability`."""
+    return {(key, *tokens[:i]): {token: probability, 15: 1 - probability}
+            for i, token in enumerate(tokens)}
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(1)
+    return Transformer.from_preset("tiny")
+
+
+@pytest.fixture(scope="module")
+def greedy(model):
+    return decoding.decode_function(decoding.greedy_decode, model, max_length=MAX_LENGTH)
+
+
+def test_cached_steps_match_the_full_decoder_pass(model, greedy):
+    source_ids = padded(SOURCES)
+    ids = greedy(source_ids).ids.numpy()
+    decoder_input = np.concatenate([np.full((len(ids), 1), START), ids[:, :-1]], axis=1)
+    encoder_output = model.encode(source_ids)
+    full_logits = model.decode(decoder_input, encoder_output, source_ids).numpy()
+
+    cache = model.init_cache(encoder_output, source_ids, ids.shape[1])
+    for index in range(ids.shape[1]):
+        logits, cache = model.decode_step(tf.constant(decoder_input[:, index]), cache,
+                                          tf.constant(index))
+        np.testing.assert_allclose(logits.numpy(), full_logits[:, index], atol=1e-4)
+    np.testing.assert_array_equal(ids, np.argmax(full_logits[..., 1:], axis=-1) + 1)
+
+
+def test_cached_greedy_equals_uncached_greedy(model, greedy):
+    source_ids = padded(SOURCES)
+    uncached = tf.function(lambda ids: decoding.uncached_greedy_decode(
+        model, ids, max_length=MAX_LENGTH))(source_ids)
+    cached = greedy(source_ids)
+    assert cached.ids.shape == (3, MAX_LENGTH)
+    np.testing.assert_array_equal(cached.ids.numpy(), uncached.ids.numpy())
+    np.testing.assert_allclose(cached.scores.numpy(), uncached.scores.numpy(), atol=1e-4)
+
+
+def test_greedy_spells_the_stub_sequence_and_stops_at_end():
+    stub = PrefixTreeModel(sequence_tree(5, [7, 8, 9, END]))
+    decoded = decoding.greedy_decode(stub, padded([[5, 6]]), max_length=20)
+    np.testing.assert_array_equal(decoded.ids.numpy(), [[7, 8, 9, END]])
+    np.testing.assert_array_equal(decoded.lengths.numpy(), [4])
+    np.testing.assert_allclose(decoded.scores.numpy(), [4 * np.log(0.9)], rtol=1e-5)
+    assert decoded.normalized_scores is None and decoded.attention is None
+
+
+def test_finished_sentences_emit_padding_until_the_last_ends():
+    stub = PrefixTreeModel({**sequence_tree(5, [7, END]), **sequence_tree(6, [9, 10, 11, END])})
+    decoded = decoding.greedy_decode(stub, padded([[5, 1, 1], [6]]))
+    np.testing.assert_array_equal(decoded.ids.numpy(), [[7, END, PAD, PAD], [9, 10, 11, END]])
+    np.testing.assert_array_equal(decoded.lengths.numpy(), [2, 4])
+    np.testing.assert_allclose(decoded.scores.numpy(), np.log([0.9 ** 2, 0.9 ** 4]), rtol=1e-5)
+
+
+def test_length_limit_is_source_length_plus_extra_capped_by_max_length():
+    stub = PrefixTreeModel({}, fallback_token=4)  # never emits the end token
+    source_ids = padded([[5, 6, 7], [5], [5, 6, 7, 8, 9, 10]])
+    decoded = decoding.greedy_decode(stub, source_ids, extra_length=2, max_length=7)
+    np.testing.assert_array_equal(decoded.lengths.numpy(), [5, 3, 7])
+    np.testing.assert_array_equal(decoded.ids.numpy()[1], [4, 4, 4, PAD, PAD, PAD, PAD])
+    # The model's own limit: start token + output must fit its positional table.
+    unbounded = decoding.greedy_decode(PrefixTreeModel({}, fallback_token=4, max_length=9),
+                                       source_ids, extra_length=None)
+    np.testing.assert_array_equal(unbounded.lengths.numpy(), [8, 8, 8])
+
+
+def test_pad_is_never_emitted():
+    stub = PrefixTreeModel({(5,): {PAD: 0.6, 7: 0.4}, (5, 7): {END: 1.0}})
+    np.testing.assert_array_equal(
+        decoding.greedy_decode(stub, padded([[5]])).ids.numpy(), [[7, END]])
+
+
+def test_batch_decodes_like_each_sentence_alone(greedy):
+    batch = greedy(padded(SOURCES, length=9))
+    for i, sentence in enumerate(SOURCES):
+        alone = greedy(padded([sentence]))
+        np.testing.assert_array_equal(batch.ids.numpy()[i], alone.ids.numpy()[0])
+        np.testing.assert_allclose(batch.scores.numpy()[i], alone.scores.numpy()[0],
+                                   atol=1e-4)
+
+
+def test_graph_decoding_equals_eager(model, greedy):
+    source_ids = padded(SOURCES[:2])
+    eager = decoding.greedy_decode(model, source_ids, max_length=4)
+    graph = greedy(source_ids)
+    np.testing.assert_array_equal(eager.ids.numpy(), graph.ids.numpy()[:, :4])
+
+
+def test_attention_covers_real_source_tokens_only(model, greedy):
+    source_ids = padded(SOURCES)
+    decoded = decoding.greedy_decode(model, source_ids, max_length=3, return_attention=True)
+    attention = decoded.attention.numpy()
+    assert attention.shape == (3, model.num_layers, model.num_heads, 3, source_ids.shape[1])
+    np.testing.assert_allclose(attention.sum(axis=-1), 1.0, rtol=1e-5)
+    padding = (source_ids == PAD)[:, None, None, None, :]
+    assert np.all(np.where(padding, attention, 0.0) < 1e-6)
+
+
+def test_greedy_loop_converts_to_tflite_builtins_with_the_same_ids(model, greedy):
+    from ai_edge_litert.interpreter import Interpreter
+
+    source_ids = padded(SOURCES)
+    module = tf.Module()
+    module.model = model
+    # Keras 3 variables tracked only through a tf.Module do not reach the converter's
+    # SavedModel: track the raw variables too, or the WHILE body reads unset variables.
+    module.model_variables = [variable.value for variable in model.variables]
+    module.translate = tf.function(
+        lambda ids: decoding.greedy_decode(model, ids, max_length=MAX_LENGTH).ids,
+        input_signature=[tf.TensorSpec(source_ids.shape, tf.int32)])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.translate.get_concrete_function()], module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    interpreter = Interpreter(model_content=converter.convert())
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], source_ids)
+    interpreter.invoke()
+    ids = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    np.testing.assert_array_equal(ids, greedy(source_ids).ids.numpy())
