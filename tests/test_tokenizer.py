@@ -1,0 +1,196 @@
+"""Tests for keras_transformer.tokenizer: training, round trips, TF/TFLite, save/load."""
+
+import hashlib
+import json
+import re
+import unicodedata
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text
+
+from keras_transformer import corpus
+from keras_transformer.tokenizer import (END_ID, PAD_ID, START_ID, UNK_ID, Tokenizer,
+                                         TokenizerFileError, train_tokenizer)
+
+SPLIT_FILES = ("train", "val", "test_2016_flickr")
+
+
+def fixture_lines(directory, languages=("en", "de", "fr")):
+    return [line for split in SPLIT_FILES for language in languages
+            for line in corpus.read_lines(directory / f"{split}.{language}.gz")]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(fixture_corpus_dir):
+    return train_tokenizer(fixture_lines(fixture_corpus_dir), 400, verbose=False)
+
+
+def decode(strings):
+    return [text.decode("utf-8") for text in np.asarray(strings).reshape(-1)]
+
+
+def test_reserved_ids_and_vocabulary_size(tokenizer):
+    assert (PAD_ID, UNK_ID, START_ID, END_ID) == (0, 1, 2, 3)
+    assert [tokenizer.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert 100 < tokenizer.vocabulary_size <= 400
+
+
+def test_small_corpus_gives_fewer_pieces_than_asked():
+    small = train_tokenizer(["Ein Mann läuft.", "A man runs."] * 20, 1000, verbose=False)
+    assert small.vocabulary_size < 100
+
+
+def test_training_reports_progress(fixture_corpus_dir, capsys):
+    train_tokenizer(fixture_lines(fixture_corpus_dir, ["en"]), 100)
+    output = capsys.readouterr().out
+    assert re.fullmatch(r"Training a SentencePiece vocabulary of up to 100 pieces on \d+ "
+                        r"lines\.\.\.\nTrained \d+ pieces in \d+\.\d s\.\n", output)
+
+
+def test_bad_training_arguments_are_rejected():
+    with pytest.raises(ValueError, match="every line is empty"):
+        train_tokenizer(["", "  "], 100)
+    with pytest.raises(ValueError, match="must exceed the 4 reserved ids"):
+        train_tokenizer(["a b c"], 4)
+
+
+def test_round_trip_on_fixture(tokenizer, fixture_corpus_dir):
+    lines = fixture_lines(fixture_corpus_dir)
+    ids = tokenizer.tokenize(tf.constant(lines))
+    assert ids.dtype == tf.int32 and isinstance(ids, tf.RaggedTensor)
+    assert int(tf.reduce_min(ids.flat_values)) > END_ID  # no START/END/PAD/UNK inside
+    assert decode(tokenizer.detokenize(ids.to_tensor())) == lines
+
+
+def test_round_trip_on_multi30k_gives_natural_text(multi30k_dir):
+    # A small vocabulary on part of the data keeps this fast; the validation lines are
+    # part of the training text so that every character has a piece.
+    validation = [line for language in ("en", "de")
+                  for line in corpus.read_lines(multi30k_dir / f"val.{language}.gz")]
+    training = [line for language in ("en", "de")
+                for line in corpus.read_lines(multi30k_dir / f"train.{language}.gz")[:3000]]
+    tokenizer = train_tokenizer(training + validation, 2000, verbose=False)
+    round_trip = decode(tokenizer.detokenize(tokenizer.tokenize(validation).to_tensor()))
+    # nmt_nfkc normalisation: NFKC, and runs of spaces collapse to one.
+    expected = [" ".join(unicodedata.normalize("NFKC", line).split()) for line in validation]
+    assert round_trip == expected
+    assert sum(line != original for line, original in zip(expected, validation)) < 5
+    assert any("ä" in line for line in round_trip) and any("ß" in line for line in round_trip)
+
+
+def test_detokenize_stops_at_end_and_drops_start_and_padding(tokenizer):
+    ids = tokenizer.tokenize(["Zwei Mädchen spielen Fußball!", "Un chien."]).to_list()
+    model_output = tf.constant([
+        [START_ID] + ids[0] + [END_ID] + ids[1] + [PAD_ID],
+        [START_ID] + ids[1] + [END_ID, PAD_ID] + ids[0],
+    ])
+    assert decode(tokenizer.detokenize(model_output)) == [
+        "Zwei Mädchen spielen Fußball!", "Un chien."]
+    assert decode(tokenizer.detokenize(tf.constant([[END_ID] + ids[0]]))) == [""]
+
+
+def test_detokenize_accepts_ragged_and_single_sequences(tokenizer):
+    ids = tokenizer.tokenize(["Ein Mann.", "Une femme âgée nourrit des pigeons."])
+    assert decode(tokenizer.detokenize(ids)) == ["Ein Mann.",
+                                                 "Une femme âgée nourrit des pigeons."]
+    single = tokenizer.detokenize(tf.constant(ids[0].numpy().tolist() + [END_ID, PAD_ID]))
+    assert single.shape == () and single.numpy().decode() == "Ein Mann."
+
+
+def test_unknown_characters_and_out_of_range_ids_read_as_unknown(tokenizer):
+    ids = tokenizer.tokenize(["Ein 漢 Mann."])
+    assert UNK_ID in ids.flat_values.numpy().tolist()
+    out_of_range = tf.constant([[tokenizer.vocabulary_size + 5, -1]])
+    assert decode(tokenizer.detokenize(out_of_range))[0].split() == ["⁇", "⁇"]
+
+
+class Serving(tf.Module):
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.tokenizer = tokenizer
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def round_trip(self, strings):
+        ids = self.tokenizer.tokenize(strings).to_tensor(default_value=PAD_ID)
+        return {"ids": ids, "text": self.tokenizer.detokenize(ids)}
+
+
+SENTENCES = ["Ein älterer Mann überquert eine belebte Straße.",
+             "Un panneau indique « Fermé » en grandes lettres."]
+
+
+def test_saved_model_round_trip_in_tf2_and_session_loaders(tokenizer, tmp_path):
+    tf.saved_model.save(Serving(tokenizer), str(tmp_path))
+    restored = tf.saved_model.load(str(tmp_path))
+    assert decode(restored.round_trip(tf.constant(SENTENCES))["text"]) == SENTENCES
+    # TF Serving and saved_model_cli use the session-based loader.
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(tmp_path))
+        signature = meta_graph.signature_def["serving_default"]
+        text = session.run(signature.outputs["text"].name,
+                           {signature.inputs["strings"].name: SENTENCES})
+    assert decode(text) == SENTENCES
+
+
+def test_tflite_round_trip_with_builtins_and_tf_text_kernels(tokenizer):
+    interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
+
+    class StaticBatch(tf.Module):
+        # TFLite needs a static batch size here (see Tokenizer.detokenize).
+        @tf.function(input_signature=[tf.TensorSpec([len(SENTENCES)], tf.string)])
+        def round_trip(self, strings):
+            ids = tokenizer.tokenize(strings).to_tensor(default_value=PAD_ID)
+            ids = tf.reshape(ids, [len(SENTENCES), -1])
+            return {"text": tokenizer.detokenize(ids)}
+
+    module = StaticBatch()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.round_trip.get_concrete_function()], module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True
+    interpreter = interpreter_module.InterpreterWithCustomOps(
+        custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
+        model_content=converter.convert())
+    runner = interpreter.get_signature_runner()
+    assert decode(runner(strings=np.array(SENTENCES))["text"]) == SENTENCES
+
+
+def test_save_and_load_give_the_same_ids(tokenizer, tmp_path):
+    tokenizer.save(tmp_path / "tokenizer")
+    loaded = Tokenizer.load(tmp_path / "tokenizer")
+    assert loaded.vocabulary_size == tokenizer.vocabulary_size
+    assert loaded.tokenize(SENTENCES).to_list() == tokenizer.tokenize(SENTENCES).to_list()
+
+
+def test_loading_truncated_model_names_the_file(tokenizer, tmp_path):
+    tokenizer.save(tmp_path)
+    model_file = tmp_path / "tokenizer.model"
+    model_file.write_bytes(model_file.read_bytes()[:1000])
+    with pytest.raises(TokenizerFileError, match=re.escape(str(model_file))):
+        Tokenizer.load(tmp_path)
+
+
+def test_loading_garbage_model_names_the_file(tokenizer, tmp_path):
+    tokenizer.save(tmp_path)
+    model_file = tmp_path / "tokenizer.model"
+    model_file.write_bytes(b"not a model")
+    metadata = json.loads((tmp_path / "tokenizer.json").read_text())
+    metadata["sha256"] = hashlib.sha256(b"not a model").hexdigest()
+    (tmp_path / "tokenizer.json").write_text(json.dumps(metadata))
+    with pytest.raises(TokenizerFileError,
+                       match=re.escape(str(model_file)) + ": not a valid SentencePiece"):
+        Tokenizer.load(tmp_path)
+    with pytest.raises(TokenizerFileError, match="model_proto: not a valid SentencePiece"):
+        Tokenizer(b"not a model")
+
+
+def test_loading_corrupt_metadata_or_missing_files_names_the_file(tokenizer, tmp_path):
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "tokenizer.json"))):
+        Tokenizer.load(tmp_path)
+    tokenizer.save(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"vocabulary_size": ')
+    with pytest.raises(TokenizerFileError,
+                       match=re.escape(str(tmp_path / "tokenizer.json")) + ": not valid JSON"):
+        Tokenizer.load(tmp_path)
