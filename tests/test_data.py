@@ -1,0 +1,137 @@
+"""Tests for keras_transformer.data: token-budget batches of (inputs, targets, weights)."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import corpus, data
+from keras_transformer.config import DataConfig
+from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
+
+BATCH_TOKENS = 160
+MAX_LENGTH = 40
+
+
+@pytest.fixture(scope="module")
+def parallel_text(fixture_corpus_dir):
+    return corpus.load_split(DataConfig(data_dir=str(fixture_corpus_dir)), "train",
+                             verbose=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(parallel_text):
+    return train_tokenizer(parallel_text.source_lines + parallel_text.target_lines, 300,
+                           verbose=False)
+
+
+@pytest.fixture(scope="module")
+def batches(parallel_text, tokenizer):
+    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                max_length=MAX_LENGTH, seed=3, verbose=False)
+    return [(inputs["source_ids"].numpy(), inputs["target_ids"].numpy(), targets.numpy(),
+             weights.numpy()) for inputs, targets, weights in dataset]
+
+
+def test_element_spec(parallel_text, tokenizer):
+    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                max_length=MAX_LENGTH, verbose=False)
+    matrix = tf.TensorSpec([None, None], tf.int32)
+    assert dataset.element_spec == (
+        {"source_ids": matrix, "target_ids": matrix}, matrix,
+        tf.TensorSpec([None, None], tf.float32))
+
+
+def test_every_batch_respects_the_token_budget_on_both_sides(batches):
+    for source_ids, target_ids, targets, _ in batches:
+        assert source_ids.shape[0] == target_ids.shape[0] == targets.shape[0] > 0
+        assert source_ids.size <= BATCH_TOKENS
+        assert target_ids.size <= BATCH_TOKENS and target_ids.shape == targets.shape
+        assert max(source_ids.shape[1], target_ids.shape[1]) <= MAX_LENGTH
+
+
+def test_batches_are_reasonably_full(batches):
+    # Bucketing by length is the point: most of each batch is real tokens, not padding.
+    real = sum(int((source_ids != PAD_ID).sum()) for source_ids, *_ in batches)
+    assert real / (len(batches) * BATCH_TOKENS) > 0.5
+
+
+def test_sequences_are_wrapped_and_padded_with_zeros(batches):
+    for source_ids, target_ids, targets, weights in batches:
+        for row in source_ids:
+            length = int((row != PAD_ID).sum())
+            assert row[0] == START_ID and row[length - 1] == END_ID
+            assert (row[length:] == PAD_ID).all() and (row[1:length - 1] > END_ID).all()
+        for row in targets:
+            length = int((row != PAD_ID).sum())
+            assert row[length - 1] == END_ID and (row[length:] == PAD_ID).all()
+        np.testing.assert_array_equal(weights, (targets != PAD_ID).astype(np.float32))
+        assert weights.dtype == np.float32
+
+
+def test_decoder_input_is_the_target_shifted_right(batches):
+    for _, target_ids, targets, _ in batches:
+        np.testing.assert_array_equal(target_ids[:, 0], START_ID)
+        shifted = np.where(targets[:, :-1] == END_ID, PAD_ID, targets[:, :-1])
+        np.testing.assert_array_equal(target_ids[:, 1:], shifted)
+
+
+def test_every_pair_appears_once_and_decodes_to_its_text(batches, parallel_text, tokenizer):
+    decoded = collections.Counter()
+    for source_ids, target_ids, _, _ in batches:
+        sources = tokenizer.detokenize(source_ids).numpy()
+        targets = tokenizer.detokenize(target_ids).numpy()
+        decoded.update(zip((s.decode() for s in sources), (t.decode() for t in targets)))
+    assert decoded == collections.Counter(zip(parallel_text.source_lines,
+                                              parallel_text.target_lines))
+
+
+def test_long_pairs_are_dropped_and_counted(parallel_text, tokenizer, capsys):
+    max_length = 20
+    source = tokenizer.tokenize(list(parallel_text.source_lines)).row_lengths().numpy()
+    target = tokenizer.tokenize(list(parallel_text.target_lines)).row_lengths().numpy()
+    too_long = int((np.maximum(source, target) + 2 > max_length).sum())
+    assert 0 < too_long < len(parallel_text)
+    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=max_length)
+    assert pairs.num_too_long == too_long
+    assert int(pairs.source_ids.nrows()) == len(parallel_text) - too_long
+    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                max_length=max_length, shuffle=False)
+    assert capsys.readouterr().out == (
+        f"Batching {len(parallel_text) - too_long} pairs; {too_long} dropped as longer "
+        f"than max_length={max_length}.\n")
+    kept = 0
+    for inputs, targets, _ in dataset:
+        assert inputs["source_ids"].shape[1] <= max_length >= targets.shape[1]
+        kept += int(targets.shape[0])
+    assert kept == len(parallel_text) - too_long
+
+
+def test_same_seed_gives_the_same_batches_and_epochs_differ(parallel_text, tokenizer):
+    def epochs(seed):
+        dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                    max_length=MAX_LENGTH, seed=seed, verbose=False)
+        return [[targets.numpy().tolist() for _, targets, _ in dataset] for _ in range(2)]
+
+    first = epochs(seed=5)
+    assert first == epochs(seed=5)
+    assert first[0] != first[1]  # reshuffled each epoch
+    assert first[0] != epochs(seed=6)[0]
+
+
+def test_repeat_goes_past_one_epoch(parallel_text, tokenizer, batches):
+    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                max_length=MAX_LENGTH, repeat=True, verbose=False)
+    assert len(list(dataset.take(2 * len(batches)))) == 2 * len(batches)
+
+
+def test_bucket_batch_sizes_fit_the_budget():
+    boundaries = data.bucket_boundaries(256)
+    assert boundaries == sorted(set(boundaries)) and boundaries[-1] <= 256
+    sizes = data.bucket_batch_sizes(boundaries, 256, 4096)
+    longest = [bound - 1 for bound in boundaries] + [256]
+    assert all(size * length <= 4096 < (size + 1) * length
+               for size, length in zip(sizes, longest))
+    with pytest.raises(ValueError, match="batch_tokens=100 cannot hold one sequence"):
+        data.bucket_batch_sizes(boundaries, 256, 100)
