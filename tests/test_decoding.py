@@ -83,6 +83,20 @@ def greedy(model):
     return decoding.decode_function(decoding.greedy_decode, model, max_length=MAX_LENGTH)
 
 
+@pytest.fixture(scope="module")
+def beam(model):
+    return decoding.decode_function(decoding.beam_search, model, max_length=MAX_LENGTH)
+
+
+def teacher_forced_log_probabilities(model, source_ids, ids):
+    """Log-probabilities `(B, L)` the full decoder pass gives to `ids`, 0 at padding."""
+    decoder_input = np.concatenate([np.full((len(ids), 1), START), ids[:, :-1]], axis=1)
+    logits = model.decode(decoder_input, model.encode(source_ids), source_ids)
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    chosen = np.take_along_axis(log_probs, ids[..., None], axis=-1)[..., 0]
+    return np.where(ids == PAD, 0.0, chosen)
+
+
 def test_cached_steps_match_the_full_decoder_pass(model, greedy):
     source_ids = padded(SOURCES)
     ids = greedy(source_ids).ids.numpy()
@@ -143,10 +157,12 @@ def test_pad_is_never_emitted():
         decoding.greedy_decode(stub, padded([[5]])).ids.numpy(), [[7, END]])
 
 
-def test_batch_decodes_like_each_sentence_alone(greedy):
-    batch = greedy(padded(SOURCES, length=9))
+@pytest.mark.parametrize("decoder", ["greedy", "beam"])
+def test_batch_decodes_like_each_sentence_alone(decoder, request):
+    decode = request.getfixturevalue(decoder)
+    batch = decode(padded(SOURCES, length=9))
     for i, sentence in enumerate(SOURCES):
-        alone = greedy(padded([sentence]))
+        alone = decode(padded([sentence]))
         np.testing.assert_array_equal(batch.ids.numpy()[i], alone.ids.numpy()[0])
         np.testing.assert_allclose(batch.scores.numpy()[i], alone.scores.numpy()[0],
                                    atol=1e-4)
@@ -169,7 +185,79 @@ def test_attention_covers_real_source_tokens_only(model, greedy):
     assert np.all(np.where(padding, attention, 0.0) < 1e-6)
 
 
-def test_greedy_loop_converts_to_tflite_builtins_with_the_same_ids(model, greedy):
+def test_beam_search_finds_the_sequence_greedy_misses():
+    # The likelier first token (7) only leads to unlikely continuations.
+    stub = PrefixTreeModel({(5,): {7: 0.6, 8: 0.4}, (5, 7): {9: 0.4, 10: 0.3, 11: 0.3},
+                            (5, 8): {12: 1.0}})
+    source_ids = padded([[5]])
+    greedy = decoding.greedy_decode(stub, source_ids)
+    np.testing.assert_array_equal(greedy.ids.numpy(), [[7, 9, END]])
+    found = decoding.beam_search(stub, source_ids, beam_size=2, length_penalty=0.0)
+    # Shape (1, 3): the search stopped once nothing alive could beat what had finished.
+    np.testing.assert_array_equal(found.ids.numpy(), [[8, 12, END]])
+    np.testing.assert_allclose(found.scores.numpy(), np.log([0.4]), rtol=1e-5)
+    np.testing.assert_allclose(found.normalized_scores.numpy(), np.log([0.4]), rtol=1e-5)
+
+
+def test_length_penalty_ranks_hypotheses_by_the_gnmt_formula():
+    short, long = [7, END], [8, 9, 10, END]
+    stub = PrefixTreeModel({(5,): {7: 0.5, 8: 0.45, 15: 0.05}, (5, 7): {END: 1.0},
+                            (5, 8): {9: 0.9, 15: 0.1}, (5, 8, 9): {10: 0.9, 15: 0.1},
+                            (5, 8, 9, 10): {END: 1.0}})
+    log_probabilities = {tuple(short): np.log(0.5), tuple(long): np.log(0.45 * 0.9 * 0.9)}
+    chosen = {}
+    for alpha in (0.0, 0.6, 2.0):
+        # lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016), |Y| counting the end token.
+        normalized = {ids: score / ((5 + len(ids)) / 6) ** alpha
+                      for ids, score in log_probabilities.items()}
+        best = max(normalized, key=normalized.get)
+        found = decoding.beam_search(stub, padded([[5]]), beam_size=4, length_penalty=alpha)
+        np.testing.assert_array_equal(found.ids.numpy()[0, :len(best)], best)
+        np.testing.assert_allclose(found.scores.numpy(), [log_probabilities[best]], rtol=1e-5)
+        np.testing.assert_allclose(found.normalized_scores.numpy(), [normalized[best]],
+                                   rtol=1e-5)
+        chosen[alpha] = best
+    assert chosen == {0.0: tuple(short), 0.6: tuple(short), 2.0: tuple(long)}
+
+
+def test_beam_of_one_without_penalty_is_greedy(model, greedy):
+    source_ids = padded(SOURCES[:2])
+    eager = decoding.beam_search(model, source_ids, beam_size=1, length_penalty=0.0,
+                                 max_length=4)
+    np.testing.assert_array_equal(eager.ids.numpy(), greedy(source_ids).ids.numpy()[:, :4])
+
+
+def test_beam_scores_are_the_models_log_probabilities(model, beam):
+    # Scores of the returned hypotheses (built through cache reordering) must equal what
+    # one full decoder pass gives them.
+    source_ids = padded(SOURCES)
+    found = beam(source_ids)
+    ids = found.ids.numpy()
+    expected = teacher_forced_log_probabilities(model, source_ids, ids).sum(axis=1)
+    np.testing.assert_allclose(found.scores.numpy(), expected, atol=1e-3)
+    penalty = ((5 + found.lengths.numpy()) / 6) ** 0.6
+    np.testing.assert_allclose(found.normalized_scores.numpy(), expected / penalty,
+                               atol=1e-3)
+
+
+def test_beam_attention_matches_its_output(model):
+    source_ids = padded(SOURCES)
+    found = decoding.beam_search(model, source_ids, beam_size=2, max_length=2,
+                                 return_attention=True)
+    assert found.attention.shape == (3, model.num_layers, model.num_heads,
+                                     found.ids.shape[1], source_ids.shape[1])
+
+
+def test_special_ids_match_the_tokenizer():
+    tokenizer = pytest.importorskip("keras_transformer.tokenizer")
+    assert (decoding.PAD_ID, decoding.START_ID, decoding.END_ID) == (
+        tokenizer.PAD_ID, tokenizer.START_ID, tokenizer.END_ID)
+
+
+@pytest.mark.parametrize("decode", [
+    decoding.greedy_decode,
+    pytest.param(decoding.beam_search, marks=pytest.mark.slow)])
+def test_decoding_converts_to_tflite_builtins_with_the_same_ids(model, decode):
     from ai_edge_litert.interpreter import Interpreter
 
     source_ids = padded(SOURCES)
@@ -179,7 +267,7 @@ def test_greedy_loop_converts_to_tflite_builtins_with_the_same_ids(model, greedy
     # SavedModel: track the raw variables too, or the WHILE body reads unset variables.
     module.model_variables = [variable.value for variable in model.variables]
     module.translate = tf.function(
-        lambda ids: decoding.greedy_decode(model, ids, max_length=MAX_LENGTH).ids,
+        lambda ids: decode(model, ids, max_length=MAX_LENGTH).ids,
         input_signature=[tf.TensorSpec(source_ids.shape, tf.int32)])
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
         [module.translate.get_concrete_function()], module)
@@ -189,4 +277,4 @@ def test_greedy_loop_converts_to_tflite_builtins_with_the_same_ids(model, greedy
     interpreter.set_tensor(interpreter.get_input_details()[0]["index"], source_ids)
     interpreter.invoke()
     ids = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
-    np.testing.assert_array_equal(ids, greedy(source_ids).ids.numpy())
+    np.testing.assert_array_equal(ids, module.translate(source_ids).numpy())

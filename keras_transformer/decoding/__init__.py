@@ -1,0 +1,28 @@
+"""Greedy decoding and beam search over the Transformer's key/value cache (§6.1).
+
+The decoder runs one new token per step (`model.decode_step`) against cached keys and
+values of the earlier positions and encoder keys/values projected once per sentence
+(`model.init_cache`). Every tensor a decoding loop carries has a static shape apart from
+the batch: a `(B, C + 1)` token buffer written at step `i` with a select, fixed-size
+caches, no `tf.TensorArray`, nothing ragged. So the same loop runs eagerly, inside a
+`tf.function` or SavedModel, and converts to TFLite with builtin ops only.
+
+Public API (every decoder returns a `Decoded`):
+    - `greedy_decode(model, source_ids, *, max_length, extra_length, ...)`.
+    - `beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, ...)`.
+    - `uncached_greedy_decode(...)`: the O(L²) reference, for tests and benchmarks.
+    - `decode_function(decode, model, **options)`: a decoder as one `tf.function`.
+    - `cross_attention(model, ids, encoder_output, source_ids)`: attention behind ids.
+
+Call decoders inside a `tf.function` (`decode_function`): eager Keras calls cost 10-100x
+more than graph ones.
+"""
+
+from keras_transformer.decoding.beam import beam_search, gnmt_length_penalty
+from keras_transformer.decoding.common import (END_ID, PAD_ID, START_ID, Decoded,
+                                               cross_attention, decode_function)
+from keras_transformer.decoding.greedy import greedy_decode, uncached_greedy_decode
+
+__all__ = ["END_ID", "PAD_ID", "START_ID", "Decoded", "beam_search", "cross_attention",
+           "decode_function", "gnmt_length_penalty", "greedy_decode",
+           "uncached_greedy_decode"]

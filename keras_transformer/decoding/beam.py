@@ -1,0 +1,172 @@
+"""Beam search over the key/value cache with the GNMT length penalty (§6.1).
+
+The paper decodes with "beam search with a beam size of 4 and length penalty α = 0.6"
+(Vaswani et al., 2017, §6.1), the penalty of Wu et al. (2016): lp(Y) = ((5 + |Y|) / 6)^α,
+a hypothesis scoring log P(Y) / lp(Y).
+
+Each sentence keeps `K` alive hypotheses (rows `b * K + k` of every tensor, so the cache
+is reordered by one `tf.gather` per tensor) and the `K` best finished ones. A step
+expands the alive ones, takes the `2K` best candidates (at most `K` of them end, so `K`
+alive ones always remain), moves those that ended into the finished set and keeps the
+`K` best others alive. Shapes stay static apart from the batch, as in greedy decoding.
+Shape legend as in `common.py`; `K` is the beam size.
+"""
+
+import tensorflow as tf
+
+from keras_transformer.decoding.common import (END_ID, FORBIDDEN, PAD_ID, START_ID,
+                                               decoded, length_limits, log_probabilities,
+                                               write_position)
+
+
+def gnmt_length_penalty(length, alpha):
+    """Returns the float32 penalty lp = ((5 + length) / 6)^alpha of Wu et al. (2016)."""
+    return ((5.0 + tf.cast(length, tf.float32)) / 6.0) ** alpha
+
+
+def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_length=None,
+                extra_length=50, start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
+                return_attention=False):
+    """Translates `source_ids` with beam search; returns the best hypothesis per sentence.
+
+    The best hypothesis maximises log P(Y) / lp(Y). Hypotheses end at the end token or
+    at the sentence's length limit (as in `greedy_decode`). A sentence stops searching
+    once its worst finished hypothesis beats what any alive one could still reach (its
+    log-probability can only fall, and lp is largest at the length limit); the loop stops
+    when every sentence has.
+
+    Args:
+        model: a `Transformer`, or any object with its `encode`, `init_cache`,
+            `decode_step`, `max_length` (and `decode` for attention).
+        source_ids: int `(B, S)`, padded with `pad_id`.
+        beam_size: int. Hypotheses kept per sentence (`K`; 4 in the paper).
+        length_penalty: float ≥ 0. The exponent α of the length penalty (0.6 in the
+            paper; 0 ranks by log-probability alone).
+        max_length, extra_length, start_id, end_id, pad_id, return_attention: as in
+            `greedy_decode`.
+
+    Returns:
+        A `Decoded`: the best hypothesis, its log-probability (`scores`) and its
+        length-normalised score (`normalized_scores`).
+    """
+    if beam_size < 1 or length_penalty < 0:
+        raise ValueError(f"beam_size={beam_size} must be ≥ 1 and "
+                         f"length_penalty={length_penalty} ≥ 0.")
+    source_ids = tf.cast(source_ids, tf.int32)
+    buffer_length, limits = length_limits(model, source_ids, max_length, extra_length,
+                                          pad_id)
+    encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
+    cache = model.init_cache(encoder_output, source_ids, buffer_length)
+    batch = tf.shape(source_ids)[0]
+    # Encoder keys/values are projected once per sentence, then copied to its K beams.
+    cache = _gather_rows(cache, tf.range(batch * beam_size) // beam_size)
+    search = _BeamSearch(model, beam_size, length_penalty, limits, end_id, pad_id)
+    steps, finished = search.run(cache, buffer_length, start_id)
+    finished_tokens, finished_scores, finished_normalized = finished
+    best = tf.range(batch) * beam_size  # (B,): finished beams are sorted, best first.
+    ids = tf.gather(finished_tokens, best)[:, 1:steps + 1]  # (B, L)
+    return decoded(model, ids, finished_scores[:, 0], finished_normalized[:, 0],
+                   encoder_output, source_ids, start_id, pad_id, return_attention)
+
+
+class _BeamSearch:
+    """The loop of `beam_search`: one `step` per output position, fixed shapes."""
+
+    def __init__(self, model, beam_size, length_penalty, limits, end_id, pad_id):
+        self.model = model
+        self.beam_size = beam_size
+        self.length_penalty = length_penalty
+        self.limits = limits  # (B,)
+        self.end_id = end_id
+        self.pad_id = pad_id
+        self.batch = tf.shape(limits)[0]
+
+    def run(self, cache, buffer_length, start_id):
+        """Returns `(steps, (tokens (B*K, C+1), scores (B, K), normalized (B, K)))`."""
+        rows = self.batch * self.beam_size
+        tokens = write_position(tf.fill([rows, buffer_length + 1], self.pad_id), 0,
+                                tf.fill([rows], start_id))  # (B*K, C + 1)
+        # Only the first beam is alive at the start: K copies would fill the beam with
+        # K copies of the same candidates.
+        first = tf.range(self.beam_size) == 0  # (K,)
+        alive_scores = tf.where(first[None, :], 0.0, tf.fill([self.batch, 1], FORBIDDEN))
+        empty = tf.fill([self.batch, self.beam_size], FORBIDDEN)  # (B, K)
+        finished = (tokens, empty, empty)
+        done = tf.zeros([self.batch], tf.bool)
+        loop_length = tf.reduce_max(self.limits)
+
+        def not_done(index, alive_tokens, alive_scores, finished, done, cache):
+            return tf.logical_and(index < loop_length, tf.logical_not(tf.reduce_all(done)))
+
+        def step(index, alive_tokens, alive_scores, finished, done, cache):
+            del done  # recomputed from the new state
+            return self.step(index, alive_tokens, alive_scores, finished, cache)
+
+        steps, _, _, finished, _, _ = tf.while_loop(
+            not_done, step, (tf.constant(0), tokens, alive_scores, finished, done, cache))
+        return steps, finished
+
+    def step(self, index, alive_tokens, alive_scores, finished, cache):
+        """Decodes position `index` for every alive hypothesis; returns the loop state."""
+        logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index)
+        log_probs = log_probabilities(logits, self.pad_id)  # (B*K, V)
+        vocabulary = tf.shape(log_probs)[1]
+        candidates = tf.reshape(alive_scores, [-1, 1]) + log_probs  # (B*K, V)
+        top_scores, top_indices = tf.math.top_k(
+            tf.reshape(candidates, [self.batch, -1]), 2 * self.beam_size)  # (B, 2K)
+        origins = _flat_rows(top_indices // vocabulary, self.beam_size)  # (B*2K,)
+        top_ids = top_indices % vocabulary  # (B, 2K)
+        top_tokens = write_position(tf.gather(alive_tokens, origins), index + 1,
+                                    tf.reshape(top_ids, [-1]))  # (B*2K, C + 1)
+        length = index + 1
+        ended = (top_ids == self.end_id) | (length >= self.limits)[:, None]  # (B, 2K)
+
+        # Alive: the K best candidates that did not end.
+        alive_scores, picks = tf.math.top_k(tf.where(ended, FORBIDDEN, top_scores),
+                                            self.beam_size)  # (B, K)
+        rows = _flat_rows(picks, 2 * self.beam_size)  # (B*K,)
+        alive_tokens = tf.gather(top_tokens, rows)
+        cache = _gather_rows(cache, tf.gather(origins, rows))
+
+        # Finished: real candidates (not from empty slots or forbidden tokens) that
+        # ended within their sentence's limit compete with the finished ones.
+        entering = ended & (top_scores > FORBIDDEN / 2) & (length <= self.limits)[:, None]
+        finished = self._merge(finished, top_tokens, top_scores, entering, length)
+        done = (length >= self.limits) | (finished[2][:, -1] >= self._best_reachable(
+            alive_scores[:, 0]))
+        return length, alive_tokens, alive_scores, finished, done, cache
+
+    def _merge(self, finished, tokens, scores, entering, length):
+        """Returns the K best of the finished hypotheses and the `entering` candidates."""
+        finished_tokens, finished_scores, finished_normalized = finished
+        normalized = tf.where(entering, scores / gnmt_length_penalty(length, self.length_penalty),
+                              FORBIDDEN)  # (B, 2K)
+        width = tokens.shape[-1]
+        all_tokens = tf.reshape(tf.concat(
+            [tf.reshape(finished_tokens, [self.batch, -1, width]),
+             tf.reshape(tokens, [self.batch, -1, width])], axis=1), [-1, width])  # (B*3K, C+1)
+        all_scores = tf.reshape(tf.concat([finished_scores, scores], axis=1), [-1])  # (B*3K,)
+        finished_normalized, picks = tf.math.top_k(
+            tf.concat([finished_normalized, normalized], axis=1), self.beam_size)  # (B, K)
+        rows = _flat_rows(picks, 3 * self.beam_size)  # (B*K,)
+        finished_scores = tf.reshape(tf.gather(all_scores, rows), [-1, self.beam_size])
+        return tf.gather(all_tokens, rows), finished_scores, finished_normalized
+
+    def _best_reachable(self, best_alive_scores):
+        """Upper bound `(B,)` on the normalised score any alive hypothesis can reach.
+
+        Log-probabilities only fall as tokens are added, and for α ≥ 0 dividing a
+        negative score by the largest penalty (at the length limit) raises it the most.
+        """
+        return best_alive_scores / gnmt_length_penalty(self.limits, self.length_penalty)
+
+
+def _flat_rows(indices, width):
+    """Returns rows `(B*n,)` of a `(B*width, ...)` tensor for per-sentence `indices` `(B, n)`."""
+    offsets = tf.range(tf.shape(indices)[0]) * width  # (B,)
+    return tf.reshape(indices + offsets[:, None], [-1])
+
+
+def _gather_rows(structure, rows):
+    """Gathers `rows` (axis 0) of every tensor in a nested structure such as the cache."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), structure)
