@@ -1,0 +1,148 @@
+"""Watch translation quality in TensorBoard while training: sample outputs and attention.
+
+`TranslationMonitor` is a Keras callback. At the end of every `every_epochs` epochs it
+translates a few fixed validation sentences greedily and writes, at step = epoch (the
+step Keras's `TensorBoard` callback uses for its `epoch_*` scalars):
+
+    - `samples/translations` (Text dashboard): a table of source, reference and the
+      model's hypothesis for each sentence;
+    - `cross_attention/layer_<n>` (Images dashboard): the cross-attention weights of each
+      head of decoder layer `n` while it translated sentence `attention_index`.
+
+Scalars are not its business: Keras's `TensorBoard` callback already records the loss,
+the metrics and `epoch_learning_rate`, and `callbacks.ThroughputLogger` adds
+`tokens_per_second` and the per-step `learning_rate` that it then records.
+"""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import decoding, distribution, plotting
+
+
+class TranslationMonitor(keras.callbacks.Callback):
+    """Writes sample translations and cross-attention maps to TensorBoard every epoch.
+
+    Args:
+        log_dir: str. TensorBoard directory, e.g. `RUN_DIR/logs` (what `training.train`
+            gives Keras's `TensorBoard` callback).
+        tokenizer: a `tokenizer.Tokenizer`, or the directory of a saved one. A directory
+            is read when training begins, so the callback can be made before `train`
+            has written the run's tokenizer.
+        sources: sequence of str. Source sentences to translate, a handful (they are
+            decoded together, in one batch, every time).
+        references: sequence of str. Their reference translations.
+        attention_index: int or `None`. Which sentence's attention is drawn; `None` for
+            no images.
+        every_epochs: int. Write every this many epochs (and after the last one).
+        max_length: int or `None`. Most output tokens per sentence; defaults to the
+            paper's source length + 50 (see `decoding.greedy_decode`).
+        run_name: str. Subdirectory of `log_dir` (the TensorBoard run) written to.
+            Defaults to `"validation"`, next to Keras's validation scalars.
+    """
+
+    def __init__(self, log_dir, tokenizer, sources, references, attention_index=0,
+                 every_epochs=1, max_length=None, run_name="validation"):
+        super().__init__()
+        if len(sources) != len(references) or not sources:
+            raise ValueError(f"Give as many references as sources (at least one); got "
+                             f"{len(sources)} sources and {len(references)} references.")
+        if attention_index is not None and not 0 <= attention_index < len(sources):
+            raise ValueError(f"attention_index={attention_index} names none of the "
+                             f"{len(sources)} sources.")
+        if every_epochs < 1:
+            raise ValueError(f"every_epochs must be at least 1, got {every_epochs}.")
+        self.log_dir = os.fspath(log_dir)
+        self.tokenizer = tokenizer
+        self.sources = list(sources)
+        self.references = list(references)
+        self.attention_index = attention_index
+        self.every_epochs = every_epochs
+        self.max_length = max_length
+        self.run_name = run_name
+        self._writer = None
+        self._translate = None
+
+    def on_train_begin(self, logs=None):
+        if isinstance(self.tokenizer, (str, os.PathLike)):
+            from keras_transformer.tokenizer import Tokenizer
+            self.tokenizer = Tokenizer.load(self.tokenizer)
+        self._source_ids = encode_sources(self.tokenizer, self.sources)  # (B, S)
+        # One graph for every epoch: eager decoding is 10-100x slower.
+        self._translate = decoding.decode_function(
+            decoding.greedy_decode, self.model, max_length=self.max_length,
+            return_attention=self.attention_index is not None)
+        if distribution.is_chief():
+            self._writer = tf.summary.create_file_writer(
+                os.path.join(self.log_dir, self.run_name))
+
+    def on_epoch_end(self, epoch, logs=None):
+        last_epoch = self.params.get("epochs") if self.params else None
+        if (epoch + 1) % self.every_epochs and epoch + 1 != last_epoch:
+            return
+        self.write_summaries(epoch)
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def write_summaries(self, step):
+        """Translates the sentences and writes their text and attention at `step`."""
+        if self._writer is None:
+            return
+        decoded = self._translate(self._source_ids)
+        ids = decoded.ids.numpy()  # (B, L)
+        hypotheses = [text.decode("utf-8")
+                      for text in self.tokenizer.detokenize(decoded.ids).numpy()]
+        with self._writer.as_default(step=step):
+            tf.summary.text("samples/translations",
+                            translations_table(self.sources, self.references, hypotheses))
+            if self.attention_index is not None:
+                self._write_attention(ids, decoded.attention.numpy())
+        self._writer.flush()
+
+    def _write_attention(self, ids, attention):
+        """Writes one image per decoder layer for sentence `attention_index`."""
+        index = self.attention_index
+        source_tokens = self._pieces(self._source_ids[index])
+        target_tokens = self._pieces(ids[index])  # row i: attention while emitting it
+        for layer, weights in enumerate(attention[index]):  # (H, L, S) per layer
+            figure = plotting.plot_attention(
+                weights, source_tokens, target_tokens,
+                title=f"decoder layer {layer}, cross-attention")
+            tf.summary.image(f"cross_attention/layer_{layer}",
+                             plotting.figure_to_image(figure),
+                             description=f"Source: {self.sources[index]}")
+
+    def _pieces(self, ids):
+        """Returns the pieces of `ids` up to padding (the end token kept)."""
+        return [self.tokenizer.id_to_piece(int(i)) for i in ids if i != decoding.PAD_ID]
+
+
+def encode_sources(tokenizer, sentences):
+    """Returns int32 `(B, S)` source ids: each sentence's pieces and the end token, padded.
+
+    The same form the data pipeline gives the encoder.
+    """
+    pieces = tokenizer.tokenize(tf.constant(list(sentences))).to_list()
+    length = max(len(row) for row in pieces) + 1
+    ids = np.full((len(pieces), length), decoding.PAD_ID, dtype=np.int32)
+    for row, sentence in enumerate(pieces):
+        ids[row, :len(sentence) + 1] = [*sentence, decoding.END_ID]
+    return ids
+
+
+def translations_table(sources, references, hypotheses):
+    """Returns a Markdown table (TensorBoard renders it) with one row per sentence."""
+    def cell(text):
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = ["| # | source | reference | hypothesis |", "|---|---|---|---|"]
+    rows += [f"| {number} | {cell(source)} | {cell(reference)} | {cell(hypothesis)} |"
+             for number, (source, reference, hypothesis)
+             in enumerate(zip(sources, references, hypotheses, strict=True))]
+    return "\n".join(rows)

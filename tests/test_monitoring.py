@@ -1,0 +1,141 @@
+"""TensorBoard monitoring: a tiny `model.fit` with the run's callbacks, events read back."""
+
+import dataclasses
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+from keras_transformer import config as config_lib
+from keras_transformer import monitoring, training
+from keras_transformer.model import Transformer
+from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
+
+SOURCES = ["a black dog runs .", "a man rides a bike .", "two girls | play ."]
+REFERENCES = ["ein schwarzer hund rennt .", "ein mann fährt fahrrad .",
+              "zwei mädchen | spielen ."]
+EPOCHS = 2
+STEPS_PER_EPOCH = 2
+
+
+def _events(directory):
+    accumulator = event_accumulator.EventAccumulator(
+        directory, size_guidance={event_accumulator.TENSORS: 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def _plugin(accumulator, tag):
+    return accumulator.SummaryMetadata(tag).plugin_data.plugin_name
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(SOURCES * 5 + REFERENCES * 5, 48, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tokenizer):
+    """Fits the tiny model for two epochs with the run's callbacks and the monitor."""
+    run_dir = tmp_path_factory.mktemp("run")
+    config = config_lib.preset_config("tiny")
+    train_config = dataclasses.replace(config.train, log_every_steps=1, epochs=EPOCHS)
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
+    training.compile_model(model, train_config)
+    monitor = monitoring.TranslationMonitor(
+        run_dir / "logs", tokenizer, SOURCES, REFERENCES, attention_index=1, max_length=8)
+    graph_logger = keras.callbacks.TensorBoard(run_dir / "graph_logs", write_graph=True)
+    callbacks = training.make_callbacks(train_config, str(run_dir), [monitor, graph_logger])
+    model.fit(_dataset(tokenizer), epochs=EPOCHS, steps_per_epoch=STEPS_PER_EPOCH,
+              callbacks=callbacks, shuffle=False, verbose=0)
+    return run_dir
+
+
+def _dataset(tokenizer):
+    source_ids = monitoring.encode_sources(tokenizer, SOURCES)
+    labels = monitoring.encode_sources(tokenizer, REFERENCES)  # pieces + end token
+    decoder_inputs = np.concatenate(
+        [np.full((len(labels), 1), START_ID, np.int32), labels[:, :-1]], axis=1)
+    decoder_inputs[decoder_inputs == END_ID] = PAD_ID
+    inputs = {"source_ids": source_ids, "target_ids": decoder_inputs}
+    return tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(2).repeat()
+
+
+def test_translations_are_written_as_a_text_table_every_epoch(run_dir):
+    events = _events(str(run_dir / "logs" / "validation"))
+    assert _plugin(events, "samples/translations") == "text"
+    written = events.Tensors("samples/translations")
+    assert [event.step for event in written] == list(range(EPOCHS))
+    table = tf.make_ndarray(written[-1].tensor_proto).item().decode("utf-8")
+    lines = table.splitlines()
+    assert lines[0] == "| # | source | reference | hypothesis |"
+    assert len(lines) == 2 + len(SOURCES)
+    assert "| 0 | a black dog runs . | ein schwarzer hund rennt . |" in lines[2]
+    assert "two girls \\| play ." in lines[4]  # a "|" in the text does not split cells
+
+
+def test_cross_attention_of_every_decoder_layer_is_an_image(run_dir):
+    events = _events(str(run_dir / "logs" / "validation"))
+    tags = [f"cross_attention/layer_{layer}" for layer in range(2)]  # tiny: 2 layers
+    assert sorted(tag for tag in events.Tags()["tensors"] if "attention" in tag) == tags
+    for tag in tags:
+        assert _plugin(events, tag) == "images"
+        written = events.Tensors(tag)
+        assert [event.step for event in written] == list(range(EPOCHS))
+        width, height, png = tf.make_ndarray(written[-1].tensor_proto)
+        image = tf.image.decode_png(png, channels=4)
+        assert tuple(image.shape) == (int(height), int(width), 4)
+
+
+def test_learning_rate_and_throughput_are_recorded_by_the_run_callbacks(run_dir):
+    events = _events(str(run_dir / "logs" / "train"))
+    tags = set(events.Tags()["tensors"])
+    for name in ("learning_rate", "tokens_per_second"):
+        assert {f"epoch_{name}", f"batch_{name}"} <= tags
+        values = [float(tf.make_ndarray(event.tensor_proto))
+                  for event in events.Tensors(f"epoch_{name}")]
+        assert len(values) == EPOCHS and all(value > 0 for value in values)
+
+
+def test_keras_writes_no_graph_for_the_subclassed_model(run_dir):
+    # Keras 3's TensorBoard writes a model summary for Functional/Sequential models only,
+    # and a train graph only when `train_function` is a `tf.function`, which on the
+    # TensorFlow backend it is not (a Python wrapper around one). Should that change,
+    # turn `write_graph` on in `training.make_callbacks`.
+    events = _events(str(run_dir / "graph_logs" / "train"))
+    assert not events.Tags()["graph"]
+    assert "keras" not in events.Tags()["tensors"]
+
+
+def test_every_epochs_skips_epochs_but_writes_the_last(tmp_path, tokenizer):
+    monitor = monitoring.TranslationMonitor(tmp_path, tokenizer, SOURCES, REFERENCES,
+                                            every_epochs=3)
+    written = []
+    monitor.write_summaries = written.append
+    monitor.set_params({"epochs": 5})
+    for epoch in range(5):
+        monitor.on_epoch_end(epoch)
+    assert written == [2, 4]
+
+
+def test_encode_sources_appends_the_end_token_and_pads(tokenizer):
+    ids = monitoring.encode_sources(tokenizer, ["a dog .", "a man rides a bike ."])
+    lengths = [len(row) for row in tokenizer.tokenize(
+        tf.constant(["a dog .", "a man rides a bike ."])).to_list()]
+    assert ids.dtype == np.int32 and ids.shape == (2, max(lengths) + 1)
+    for row, length in zip(ids, lengths):
+        assert row[length] == END_ID and (row[length + 1:] == PAD_ID).all()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(sources=["a"], references=[]), "as many references"),
+    (dict(sources=["a"], references=["b"], attention_index=1), "names none"),
+    (dict(sources=["a"], references=["b"], every_epochs=0), "every_epochs"),
+])
+def test_invalid_arguments_are_rejected(tmp_path, tokenizer, arguments, message):
+    with pytest.raises(ValueError, match=message):
+        monitoring.TranslationMonitor(tmp_path, tokenizer, **arguments)
