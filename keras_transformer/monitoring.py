@@ -15,12 +15,12 @@ the metrics and `epoch_learning_rate`, and `callbacks.ThroughputLogger` adds
 """
 
 import os
+import types
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from keras_transformer import decoding, distribution, plotting
+from keras_transformer import data, decoding, distribution, plotting
 
 
 class TranslationMonitor(keras.callbacks.Callback):
@@ -70,7 +70,8 @@ class TranslationMonitor(keras.callbacks.Callback):
         if isinstance(self.tokenizer, (str, os.PathLike)):
             from keras_transformer.tokenizer import Tokenizer
             self.tokenizer = Tokenizer.load(self.tokenizer)
-        self._source_ids = encode_sources(self.tokenizer, self.sources)  # (B, S)
+        self._source_ids = encode_sources(self.tokenizer, self.sources,
+                                          self.model.max_length)  # (B, S)
         # One graph for every epoch: eager decoding is 10-100x slower.
         self._translate = decoding.decode_function(
             decoding.greedy_decode, self.model, max_length=self.max_length,
@@ -123,17 +124,21 @@ class TranslationMonitor(keras.callbacks.Callback):
         return [self.tokenizer.id_to_piece(int(i)) for i in ids if i != decoding.PAD_ID]
 
 
-def encode_sources(tokenizer, sentences):
-    """Returns int32 `(B, S)` source ids: each sentence's pieces and the end token, padded.
+def encode_sources(tokenizer, sentences, max_length):
+    """Returns int32 `(B, S)` source ids as the data pipeline makes them, padded.
 
-    The same form the data pipeline gives the encoder.
+    `START sentence END` (see `data.tokenize_pairs`), so the model sees its training
+    input form.
+
+    Raises:
+        ValueError: when a sentence does not fit `max_length`.
     """
-    pieces = tokenizer.tokenize(tf.constant(list(sentences))).to_list()
-    length = max(len(row) for row in pieces) + 1
-    ids = np.full((len(pieces), length), decoding.PAD_ID, dtype=np.int32)
-    for row, sentence in enumerate(pieces):
-        ids[row, :len(sentence) + 1] = [*sentence, decoding.END_ID]
-    return ids
+    text = types.SimpleNamespace(source_lines=list(sentences), target_lines=list(sentences))
+    pairs = data.tokenize_pairs(text, tokenizer, max_length=max_length)
+    if pairs.num_too_long:
+        raise ValueError(f"{pairs.num_too_long} of the sentences to monitor do not fit "
+                         f"max_length={max_length}: choose shorter ones.")
+    return pairs.source_ids.to_tensor(default_value=decoding.PAD_ID).numpy()
 
 
 def translations_table(sources, references, hypotheses):

@@ -10,7 +10,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 from keras_transformer import config as config_lib
-from keras_transformer import monitoring, training
+from keras_transformer import corpus, data, monitoring, training
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
 
@@ -56,13 +56,10 @@ def run_dir(tmp_path_factory, tokenizer):
 
 
 def _dataset(tokenizer):
-    source_ids = monitoring.encode_sources(tokenizer, SOURCES)
-    labels = monitoring.encode_sources(tokenizer, REFERENCES)  # pieces + end token
-    decoder_inputs = np.concatenate(
-        [np.full((len(labels), 1), START_ID, np.int32), labels[:, :-1]], axis=1)
-    decoder_inputs[decoder_inputs == END_ID] = PAD_ID
-    inputs = {"source_ids": source_ids, "target_ids": decoder_inputs}
-    return tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(2).repeat()
+    pairs = corpus.ParallelText(tuple(SOURCES), tuple(REFERENCES), "sources", "references",
+                                corpus.FilterStats(read=len(SOURCES), kept=len(SOURCES)))
+    return data.make_dataset(pairs, tokenizer, batch_tokens=128, max_length=64,
+                             shuffle=False, repeat=True, verbose=False)
 
 
 def test_translations_are_written_as_a_text_table_every_epoch(run_dir):
@@ -122,13 +119,20 @@ def test_every_epochs_skips_epochs_but_writes_the_last(tmp_path, tokenizer):
     assert written == [2, 4]
 
 
-def test_encode_sources_appends_the_end_token_and_pads(tokenizer):
-    ids = monitoring.encode_sources(tokenizer, ["a dog .", "a man rides a bike ."])
-    lengths = [len(row) for row in tokenizer.tokenize(
-        tf.constant(["a dog .", "a man rides a bike ."])).to_list()]
-    assert ids.dtype == np.int32 and ids.shape == (2, max(lengths) + 1)
-    for row, length in zip(ids, lengths):
-        assert row[length] == END_ID and (row[length + 1:] == PAD_ID).all()
+def test_sources_are_encoded_as_the_data_pipeline_does(tokenizer):
+    sentences = ["a dog .", "a man rides a bike ."]
+    ids = monitoring.encode_sources(tokenizer, sentences, max_length=32)
+    pieces = tokenizer.tokenize(tf.constant(sentences)).to_list()
+    assert ids.dtype == np.int32 and ids.shape == (2, max(map(len, pieces)) + 2)
+    for row, sentence in zip(ids, pieces):
+        length = len(sentence) + 2
+        assert row[:length].tolist() == [START_ID, *sentence, END_ID]
+        assert (row[length:] == PAD_ID).all()
+
+
+def test_sentences_longer_than_the_model_are_refused(tokenizer):
+    with pytest.raises(ValueError, match="do not fit max_length=4"):
+        monitoring.encode_sources(tokenizer, ["a man rides a bike ."], max_length=4)
 
 
 @pytest.mark.parametrize("arguments, message", [
