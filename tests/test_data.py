@@ -108,16 +108,18 @@ def test_long_pairs_are_dropped_and_counted(parallel_text, tokenizer, capsys):
     assert kept == len(parallel_text) - too_long
 
 
-def test_same_seed_gives_the_same_batches_and_epochs_differ(parallel_text, tokenizer):
-    def epochs(seed):
+def test_same_seed_gives_the_same_batches_and_epochs_differ(parallel_text, tokenizer,
+                                                          batches):
+    def epochs(seed, count):
         dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
                                     max_length=MAX_LENGTH, seed=seed, verbose=False)
-        return [[targets.numpy().tolist() for _, targets, _ in dataset] for _ in range(2)]
+        return [[targets.numpy().tolist() for _, targets, _ in dataset]
+                for _ in range(count)]
 
-    first = epochs(seed=5)
-    assert first == epochs(seed=5)
-    assert first[0] != first[1]  # reshuffled each epoch
-    assert first[0] != epochs(seed=6)[0]
+    first, second = epochs(seed=3, count=2)  # the seed of the `batches` fixture
+    assert first == [targets.tolist() for _, _, targets, _ in batches]
+    assert second != first  # reshuffled each epoch
+    assert epochs(seed=4, count=1)[0] != first
 
 
 def test_repeat_goes_past_one_epoch(parallel_text, tokenizer, batches):

@@ -65,13 +65,11 @@ def test_round_trip_on_fixture(tokenizer, fixture_corpus_dir):
 
 
 def test_round_trip_on_multi30k_gives_natural_text(multi30k_dir):
-    # A small vocabulary on part of the data keeps this fast; the validation lines are
-    # part of the training text so that every character has a piece.
+    # Trained on the lines it reads back, so that every character has a piece and the
+    # test stays fast: what is checked is the detokenizer's spacing and characters.
     validation = [line for language in ("en", "de")
                   for line in corpus.read_lines(multi30k_dir / f"val.{language}.gz")]
-    training = [line for language in ("en", "de")
-                for line in corpus.read_lines(multi30k_dir / f"train.{language}.gz")[:3000]]
-    tokenizer = train_tokenizer(training + validation, 2000, verbose=False)
+    tokenizer = train_tokenizer(validation, 1000, verbose=False)
     round_trip = decode(tokenizer.detokenize(tokenizer.tokenize(validation).to_tensor()))
     # nmt_nfkc normalisation: NFKC, and runs of spaces collapse to one.
     expected = [" ".join(unicodedata.normalize("NFKC", line).split()) for line in validation]
