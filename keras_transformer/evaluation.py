@@ -17,7 +17,6 @@ used). Final scores of the recommended recipe use checkpoint averaging and `--be
 """
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -25,16 +24,10 @@ import sys
 from sacrebleu.metrics import BLEU, CHRF
 
 from keras_transformer import exported
+from keras_transformer.corpus import read_lines
 
 # Each metric is a fresh object per call: sacreBLEU objects cache reference statistics.
 _METRICS = {"bleu": BLEU, "chrf": CHRF}
-
-
-def read_lines(path):
-    """Returns the lines of a UTF-8 text file (`.gz` is decompressed), without newlines."""
-    opener = gzip.open if os.fspath(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as file:
-        return [line.rstrip("\r\n") for line in file]
 
 
 def write_lines(path, lines):
@@ -183,7 +176,7 @@ def main(argv=None):
         scores = evaluate(args.artifact, args.source, args.reference,
                           batch_size=args.batch_size, beam=args.beam, output=args.output,
                           json_path=args.json_path, verbose=not args.quiet)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(format_scores(scores))

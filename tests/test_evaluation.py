@@ -162,8 +162,3 @@ def test_missing_signature_lists_the_available_ones(tmp_path, stand_in):
     tf.saved_model.save(stand_in, path, signatures={"serving_default": stand_in.greedy})
     with pytest.raises(ValueError, match=r"no signature 'beam_search'.*serving_default"):
         exported.load_translator(path, beam=True)
-
-
-def test_reads_plain_and_gzip_text_alike(tmp_path, files):
-    assert evaluation.read_lines(files[0]) == SOURCE
-    assert evaluation.read_lines(files[1]) == REFERENCE
