@@ -94,6 +94,13 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
         corpus.read_lines(path)
 
 
+def test_truncated_gzip_names_the_file(tmp_path):
+    path = tmp_path / "train.en.gz"
+    path.write_bytes(gzip.compress(b"A cat.\n" * 100)[:30])
+    with pytest.raises(corpus.CorpusError, match=rf"{path}: corrupt gzip data"):
+        corpus.read_lines(path)
+
+
 def test_empty_and_overlong_pairs_are_filtered_and_counted(tmp_path, capsys):
     long_line = "word " * 300
     write(tmp_path / "train.en.gz", f"A cat.\n\nA dog.\n{long_line}\nA bird.\n", compress=True)

@@ -42,6 +42,11 @@ def test_small_corpus_gives_fewer_pieces_than_asked():
     assert small.vocabulary_size < 100
 
 
+def test_training_is_deterministic(tokenizer, fixture_corpus_dir):
+    again = train_tokenizer(fixture_lines(fixture_corpus_dir), 400, verbose=False)
+    assert again.model_proto == tokenizer.model_proto
+
+
 def test_training_reports_progress(fixture_corpus_dir, capsys):
     train_tokenizer(fixture_lines(fixture_corpus_dir, ["en"]), 100)
     output = capsys.readouterr().out
