@@ -1,0 +1,175 @@
+"""The translator that is exported: sentences in, translations out, in one graph.
+
+`Translator` is a `tf.Module` holding the trained `Transformer` and the `Tokenizer`. Its
+functions tokenize, decode (greedy or beam search, `keras_transformer.decoding`) and
+detokenize inside one TensorFlow graph, so a SavedModel or a `.tflite` file made from it
+needs nothing but TensorFlow (or LiteRT) and tf-text's ops to translate.
+
+Public API:
+    - `Translator(model, tokenizer, ...)`: `translate(sentences)` (greedy),
+      `translate_beam(sentences)`, `source_ids(sentences)`, `signatures()`.
+    - `save_saved_model(translator, directory)`: a SavedModel with `serving_default`
+      (greedy) and `beam_search` signatures.
+    - `convert_to_tflite(translator, quantize=False)`: the greedy translator as TFLite
+      bytes: TFLite builtins plus tf-text's custom ops, no Flex ops.
+
+Every signature maps `sentences: string[B]` to `translations: string[B]`, `token_ids:
+int32[B, L]` (decoder output, END and padding included) and `scores: float32[B]` (sum of
+the output tokens' log-probabilities). Any string is accepted: sources longer than the
+model's `max_length` are truncated (keeping room for START and END), and outputs stop
+at `min(source length + extra_length, max_length)` tokens, so every call ends.
+"""
+
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+
+GREEDY_SIGNATURE = "serving_default"
+BEAM_SIGNATURE = "beam_search"
+INPUT_NAME = "sentences"
+_SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
+
+
+class Translator(tf.Module):
+    """Translates a batch of sentences with a `Transformer` and its `Tokenizer`.
+
+    Sources are tokenized, truncated to the model's `max_length` and wrapped in START
+    and END as in training (`data.tokenize_pairs`). Decoding is cached and its loops have
+    static shapes apart from the batch, so the same functions run eagerly, in a SavedModel
+    and in TFLite.
+
+    Args:
+        model: `keras_transformer.Transformer`.
+        tokenizer: `keras_transformer.tokenizer.Tokenizer`, the one the model was
+            trained with.
+        max_output_length: int or `None`. Most output tokens (END included); `None` for
+            the model's limit. Smaller values make every decoding step cheaper.
+        extra_length: int. Output tokens allowed beyond the source length (§6.1: 50).
+        beam_size: int. Hypotheses of beam search (§6.1: 4).
+        length_penalty: float. α of beam search's length penalty (§6.1: 0.6).
+        fixed_source_width: bool. Pad every source to `model.max_length` instead of the
+            batch's longest. Needed for TFLite: the model slices its masks with
+            `[:, None, :]`, which the converter lowers to a builtin only when at most
+            one dimension is unknown. Costs encoder time; the translations are the same.
+        name: str. Module name.
+
+    Example:
+    >>> translator = Translator(model, tokenizer)
+    >>> translator.translate(tf.constant(["A man rides a bike."]))["translations"]
+    """
+
+    def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
+                 beam_size=4, length_penalty=0.6, fixed_source_width=False,
+                 name="translator"):
+        super().__init__(name=name)
+        self.model = model
+        self.tokenizer = tokenizer
+        # Keras 3 variables reached only through the Keras model are restored by
+        # `tf.saved_model.load` but not by the session-based loader of TF Serving and
+        # `saved_model_cli`; tracking the underlying tf.Variables here fixes that.
+        self.model_variables = [variable.value for variable in model.variables]
+        self.max_output_length = max_output_length
+        self.extra_length = extra_length
+        self.beam_size = beam_size
+        self.length_penalty = length_penalty
+        self.fixed_source_width = fixed_source_width
+
+    def source_ids(self, sentences):
+        """Returns int32 `(B, S)` source ids: START, pieces, END, then padding.
+
+        Sentences with more pieces than fit `model.max_length` are cut (START and END
+        always fit); `S` is the longest row of this batch, or `model.max_length` with
+        `fixed_source_width`.
+        """
+        most_pieces = self.model.max_length - 2
+        # `to_tensor` with a static width truncates longer rows; the only ragged op,
+        # which TFLite runs as tf-text's RaggedTensorToTensor kernel.
+        pieces = self.tokenizer.tokenize(sentences).to_tensor(
+            default_value=PAD_ID, shape=[None, most_pieces])  # (B, S - 2)
+        pieces = tf.cast(pieces, tf.int32)
+        lengths = tf.reduce_sum(tf.cast(pieces != PAD_ID, tf.int32), axis=1)  # (B,)
+        batch = tf.shape(pieces)[0]
+        ids = tf.concat([tf.fill([batch, 1], START_ID), pieces,
+                         tf.fill([batch, 1], PAD_ID)], axis=1)  # (B, max_length)
+        positions = tf.range(most_pieces + 2)
+        ids = tf.where(positions[None, :] == lengths[:, None] + 1, END_ID, ids)
+        if self.fixed_source_width:
+            return ids
+        # Short batches need not pay for the full width in every attention.
+        width = tf.reduce_max(tf.concat([lengths, [0]], axis=0)) + 2
+        return ids[:, :width]  # (B, S)
+
+    @tf.function(input_signature=[_SENTENCES_SPEC])
+    def translate(self, sentences):
+        """Greedy translation; see the module docstring for inputs and outputs."""
+        return self._translate(sentences, beam=False)
+
+    @tf.function(input_signature=[_SENTENCES_SPEC])
+    def translate_beam(self, sentences):
+        """Beam-search translation; same inputs and outputs as `translate`."""
+        return self._translate(sentences, beam=True)
+
+    def _translate(self, sentences, beam):
+        source_ids = self.source_ids(sentences)
+        options = dict(max_length=self.max_output_length, extra_length=self.extra_length,
+                       start_id=START_ID, end_id=END_ID, pad_id=PAD_ID)
+        if beam:
+            decoded = decoding.beam_search(
+                self.model, source_ids, beam_size=self.beam_size,
+                length_penalty=self.length_penalty, **options)
+        else:
+            decoded = decoding.greedy_decode(self.model, source_ids, **options)
+        return {"translations": self.detokenize(decoded.ids),
+                "token_ids": decoded.ids, "scores": decoded.scores}
+
+    def detokenize(self, ids):
+        """Returns string `(B,)` for decoder output ids `(B, L)` (read up to END)."""
+        text = self.tokenizer.detokenize(ids)
+        # tf-text's TFLite detokenize kernel gives its output the static shape of the
+        # graph (1 when the batch is unknown) whatever the batch; a gather over the
+        # batch reads every string back with the right shape (identity in TensorFlow).
+        return tf.gather(text, tf.range(tf.shape(ids)[0]))
+
+    def signatures(self):
+        """Returns the `{name: concrete function}` signatures to export."""
+        return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
+                BEAM_SIGNATURE: self.translate_beam.get_concrete_function()}
+
+
+def save_saved_model(translator, directory):
+    """Writes `translator` as a SavedModel with the greedy and beam-search signatures.
+
+    Args:
+        translator: `Translator`.
+        directory: str. Where to write (replaced if present).
+    """
+    tf.saved_model.save(translator, directory, signatures=translator.signatures())
+
+
+def convert_to_tflite(translator, quantize=False):
+    """Returns the greedy translator as a TFLite flatbuffer (bytes).
+
+    Only TFLite builtin ops and tf-text's custom ops (register them with
+    `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`): the Flex delegate is not in the
+    TensorFlow or LiteRT wheels, so the model must not need it. Sources are padded to
+    the model's `max_length` (see `Translator`'s `fixed_source_width`).
+
+    Args:
+        translator: `Translator`.
+        quantize: bool. Dynamic-range quantization: int8 weights, float activations;
+            about 4x smaller weights, and outputs that may differ from the float model's.
+    """
+    if not translator.fixed_source_width:
+        translator = Translator(
+            translator.model, translator.tokenizer,
+            max_output_length=translator.max_output_length,
+            extra_length=translator.extra_length, beam_size=translator.beam_size,
+            length_penalty=translator.length_penalty, fixed_source_width=True)
+    function = translator.translate.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], translator)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True
+    if quantize:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    return converter.convert()
