@@ -1,9 +1,10 @@
 """Validation BLEU during training: translate a fixed slice, log it, keep the best weights.
 
 Token accuracy and loss measure teacher-forced prediction; BLEU measures translations.
-`BleuCallback` greedily decodes a fixed set of validation sentences with the model being
-trained (`decoding.greedy_decode` in one `tf.function`), detokenizes them with the run's
-tokenizer and scores them with sacreBLEU (detokenized, cased, `13a`). It logs the score to
+`BleuCallback` translates a fixed set of validation sentences with the model being
+trained through the graph that is exported (`serving.Translator.translate`: the run's
+tokenizer, `decoding.greedy_decode`, detokenization, all in one `tf.function`) and scores
+them with sacreBLEU (detokenized, cased, `13a`). It logs the score to
 TensorBoard and the console, keeps the best-scoring weights, and can stop training when
 the score stops improving. Final scores come from `keras_transformer.evaluation`, on the
 exported translator.
@@ -13,12 +14,11 @@ import json
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 from sacrebleu.metrics import BLEU
 
-from keras_transformer import decoding
-from keras_transformer.tokenizer import END_ID, PAD_ID
+from keras_transformer import corpus, runs, serving
+from keras_transformer.tokenizer import Tokenizer
 
 BEST_WEIGHTS = "best.weights.h5"
 BEST_INFO = "best.json"
@@ -44,7 +44,9 @@ class BleuCallback(keras.callbacks.Callback):
         sources: list of str. Source sentences, e.g. the first few hundred of the
             validation set (a fixed slice, so scores are comparable across evaluations).
         references: list of str. One reference translation per source sentence.
-        tokenizer: the run's `Tokenizer` (tokenizes sources, detokenizes outputs).
+        tokenizer: the run's `Tokenizer`, or the directory of a saved one (read when
+            training begins, so the callback can be made before `training.train` has
+            written the run's tokenizer).
         log_dir: str or `None`. TensorBoard directory, e.g. `RUN_DIR/logs/validation`.
         checkpoint_dir: str or `None`. Where the best weights go, e.g. `RUN_DIR/checkpoints`.
         every_steps: int or `None`. Score every this many weight updates; `None` scores
@@ -76,22 +78,24 @@ class BleuCallback(keras.callbacks.Callback):
         self.every_steps, self.patience, self.min_delta = every_steps, patience, min_delta
         self.batch_size, self.max_length = batch_size, max_length
         self.score_function, self.verbose = score_function, verbose
-        self.best, self.best_step, self.wait = -np.inf, None, 0
+        self.best, self.best_step, self.wait = float("-inf"), None, 0
         self.hypotheses, self.signature = None, None
-        self._decode, self._writer, self._epoch = None, None, 0
+        self._translator, self._writer, self._epoch = None, None, 0
 
     @classmethod
-    def for_run(cls, run_dir, sources, references, tokenizer=None, **kwargs):
-        """Returns a callback writing into a run directory (layout in `runs`).
+    def for_run(cls, run_dir, sources, references, **kwargs):
+        """Returns a callback for a run directory (layout in `keras_transformer.runs`).
 
-        Summaries go to `run_dir/logs/validation`, the best weights to
-        `run_dir/checkpoints`; `tokenizer` defaults to the one saved in `run_dir`.
+        It reads the run's `tokenizer/`, writes summaries to `run_dir/logs/validation`
+        (next to Keras's validation scalars) and the best weights to
+        `run_dir/checkpoints`. `kwargs` are the other arguments of `BleuCallback`.
+
+        Example:
+        >>> sources, references = validation_slice(config.data, 500)
+        >>> training.train(config, run_dir, callbacks=[
+        ...     BleuCallback.for_run(run_dir, sources, references, patience=5)])
         """
-        from keras_transformer import runs
-        from keras_transformer.tokenizer import Tokenizer
-        if tokenizer is None:
-            tokenizer = Tokenizer.load(os.path.join(run_dir, runs.TOKENIZER))
-        return cls(sources, references, tokenizer,
+        return cls(sources, references, os.path.join(run_dir, runs.TOKENIZER),
                    log_dir=os.path.join(run_dir, runs.LOGS, "validation"),
                    checkpoint_dir=os.path.join(run_dir, runs.CHECKPOINTS), **kwargs)
 
@@ -121,19 +125,19 @@ class BleuCallback(keras.callbacks.Callback):
 
     def translate(self, sources):
         """Returns greedy translations (list of str) of `sources` by the current model."""
-        if self._decode is None:
-            self._decode = decoding.decode_function(
-                decoding.greedy_decode, self.model, max_length=self.max_length)
-        ids = encode_sources(self.tokenizer, sources, self.model.max_length)
+        if self._translator is None:
+            if isinstance(self.tokenizer, (str, os.PathLike)):
+                self.tokenizer = Tokenizer.load(self.tokenizer)
+            # The exported translator's own graph: tokenize, greedy decoding, detokenize.
+            self._translator = serving.Translator(
+                self.model, self.tokenizer, max_output_length=self.max_length)
         # Sorted by length, batches carry little padding; padding never changes outputs.
-        order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
-        translations = [None] * len(ids)
+        order = sorted(range(len(sources)), key=lambda index: len(sources[index]))
+        translations = [None] * len(sources)
         for start in range(0, len(order), self.batch_size):
             chosen = order[start:start + self.batch_size]
-            batch = keras.utils.pad_sequences([ids[index] for index in chosen],
-                                              padding="post", value=PAD_ID)
-            output = self._decode(tf.constant(batch, tf.int32)).ids
-            texts = self.tokenizer.detokenize(output).numpy()
+            batch = tf.constant([sources[index] for index in chosen], tf.string)
+            texts = self._translator.translate(batch)["translations"].numpy()
             for index, text in zip(chosen, texts):
                 translations[index] = text.decode("utf-8", errors="replace")
         return translations
@@ -179,13 +183,15 @@ class BleuCallback(keras.callbacks.Callback):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
 
-def encode_sources(tokenizer, sources, max_length):
-    """Returns the source ids (lists of int) the model reads: subwords, then the end token.
+def validation_slice(data_config, num_sentences=500):
+    """Returns `(sources, references)`: the first `num_sentences` validation pairs.
 
-    Sentences longer than `max_length` are cut, keeping the end token.
+    The first ones, not a sample, so that every run of a corpus scores the same
+    sentences. Reads the split as `corpus.load_split` does (no pair is dropped).
     """
-    tokens = tokenizer.tokenize(tf.constant(list(sources), tf.string)).to_list()
-    return [ids[:max_length - 1] + [END_ID] for ids in tokens]
+    split = corpus.load_split(data_config, "validation", verbose=False)
+    return (list(split.source_lines[:num_sentences]),
+            list(split.target_lines[:num_sentences]))
 
 
 def is_chief(strategy):

@@ -10,11 +10,11 @@ import os
 
 import numpy as np
 
-# Signature names of the exported translator (see `keras_transformer.serving`).
-GREEDY_SIGNATURE = "serving_default"
-BEAM_SIGNATURE = "beam_search"
+from keras_transformer.serving import BEAM_SIGNATURE, GREEDY_SIGNATURE
+
 # Where a run directory keeps its export (written by `python -m export RUN_DIR`).
 RUN_EXPORT_DIR = os.path.join("export", "saved_model")
+# The signatures' output holding the text (they also return token ids and scores).
 _OUTPUT_KEY = "translations"
 
 

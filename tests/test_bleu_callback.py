@@ -11,8 +11,9 @@ import sacrebleu
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from keras_transformer import Transformer, bleu_callback
-from keras_transformer.tokenizer import END_ID, START_ID, train_tokenizer
+from keras_transformer import DataConfig, Transformer, bleu_callback, corpus, data, runs
+from keras_transformer import serving
+from keras_transformer.tokenizer import END_ID, train_tokenizer
 
 PAIRS = [("a man rides a horse .", "ein Mann reitet ein Pferd ."),
          ("two dogs play in the snow .", "zwei Hunde spielen im Schnee ."),
@@ -42,15 +43,12 @@ def _model(tokenizer, compile=True):
 
 
 def _training_data(tokenizer):
-    """Teacher-forcing arrays for the pairs: ids then END, decoder input START first."""
-    sources = bleu_callback.encode_sources(tokenizer, SOURCES, 64)
-    targets = [ids + [END_ID] for ids in tokenizer.tokenize(REFERENCES).to_list()]
-    pad = lambda rows: keras.utils.pad_sequences(rows, padding="post", value=0)  # noqa: E731
-    labels = pad(targets)
-    decoder_inputs = np.concatenate(
-        [np.full((len(PAIRS), 1), START_ID), labels[:, :-1]], axis=1)
-    decoder_inputs[decoder_inputs == END_ID] = 0
-    return {"source_ids": pad(sources), "target_ids": decoder_inputs}, labels
+    """Teacher-forcing arrays for the pairs, made as the data pipeline makes them."""
+    text = types.SimpleNamespace(source_lines=SOURCES, target_lines=REFERENCES)
+    pairs = data.tokenize_pairs(text, tokenizer, max_length=64)
+    inputs = {"source_ids": pairs.source_ids.to_tensor(),
+              "target_ids": pairs.target_ids.to_tensor()}
+    return inputs, pairs.targets.to_tensor()
 
 
 def _scripted(scores):
@@ -84,10 +82,11 @@ class _LookupModel:
     """
 
     max_length = 64
+    variables = []
 
     def __init__(self, tokenizer, sources, outputs, step=0):
-        source_ids = bleu_callback.encode_sources(tokenizer, sources, self.max_length)
-        keys = [int(self._key(tf.constant([ids]))[0]) for ids in source_ids]
+        source_ids = serving.Translator(self, tokenizer).source_ids(tf.constant(sources))
+        keys = [int(key) for key in self._key(source_ids)]
         assert len(set(keys)) == len(keys)
         self._rows = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
@@ -221,6 +220,26 @@ def test_only_the_chief_writes(tokenizer, tmp_path, monkeypatch):
     assert not os.path.exists(tmp_path / "checkpoints")
     # Other workers still score, so that every worker stops at the same time.
     assert callback.best == 5.0 and model.stop_training
+
+
+def test_for_run_reads_the_validation_slice_and_writes_into_the_run(
+        tmp_path, fixture_corpus_dir):
+    data_config = DataConfig(data_dir=str(fixture_corpus_dir))
+    sources, references = bleu_callback.validation_slice(data_config, 3)
+    assert (sources, references) == (
+        corpus.read_lines(fixture_corpus_dir / "val.en.gz")[:3],
+        corpus.read_lines(fixture_corpus_dir / "val.de.gz")[:3])
+    tokenizer = train_tokenizer((sources + references) * 5, 80, verbose=False)
+    tokenizer.save(tmp_path / runs.TOKENIZER)
+    callback = bleu_callback.BleuCallback.for_run(str(tmp_path), sources, references,
+                                                  verbose=False)
+    callback.set_model(_LookupModel(tokenizer, sources, references, step=5))
+    callback.on_train_begin()
+    callback.on_epoch_end(0, {})
+    assert callback.hypotheses == references
+    assert _logged(tmp_path / runs.LOGS / "validation") == [(5, pytest.approx(100.0))]
+    assert bleu_callback.read_best_info(tmp_path / runs.CHECKPOINTS)["bleu"] == (
+        pytest.approx(100.0))
 
 
 class _Strategy:

@@ -3,11 +3,13 @@
 import gzip
 import json
 
+import keras
 import pytest
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import evaluation, exported
+from keras_transformer import Transformer, evaluation, exported, serving
+from keras_transformer.tokenizer import train_tokenizer
 
 SOURCE = ["a man rides a horse .", "two dogs play in the snow .",
           "a girl is reading a book .", "the boy jumps into the water ."]
@@ -15,20 +17,27 @@ REFERENCE = ["A man rides a horse.", "Two dogs are playing in the snow.",
              "A girl is reading a book .", "The boy jumps into the lake."]
 
 
+def _outputs(translations):
+    """The outputs of an exported translator's signatures, for `translations`."""
+    batch = tf.shape(translations)[0]
+    return {"translations": translations, "token_ids": tf.zeros([batch, 2], tf.int32),
+            "scores": tf.zeros([batch])}
+
+
 class _StandInTranslator(tf.Module):
-    """A translator with the exported signatures; its "translation" is a string op."""
+    """Has the exported translator's signatures; its "translation" is a string op."""
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def greedy(self, sentences):
-        return {"translations": tf.strings.regex_replace(sentences, " \\.$", ".")}
+        return _outputs(tf.strings.regex_replace(sentences, " \\.$", "."))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def beam(self, sentences):
-        return {"translations": tf.strings.upper(sentences)}
+        return _outputs(tf.strings.upper(sentences))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def identity(self, sentences):
-        return {"translations": tf.identity(sentences)}
+        return _outputs(tf.identity(sentences))
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +72,12 @@ def files(tmp_path):
     return str(source), str(reference)
 
 
-def _direct_outputs(saved_model, signature):
-    function = tf.saved_model.load(saved_model).signatures[signature]
-    outputs = function(sentences=tf.constant(SOURCE))["translations"].numpy()
-    return [value.decode("utf-8") for value in outputs]
+def _direct_outputs(saved_model, *signatures):
+    """Translations of SOURCE by each signature, called without `exported`'s help."""
+    loaded = tf.saved_model.load(saved_model)
+    outputs = [[value.decode("utf-8") for value in loaded.signatures[signature](
+        sentences=tf.constant(SOURCE))["translations"].numpy()] for signature in signatures]
+    return outputs[0] if len(signatures) == 1 else outputs
 
 
 def _assert_sacrebleu_scores(scores, hypotheses):
@@ -155,6 +166,22 @@ def test_run_directory_uses_its_exported_saved_model(tmp_path, stand_in):
     tf.saved_model.save(stand_in, saved_model, signatures={
         exported.GREEDY_SIGNATURE: stand_in.greedy})
     assert exported.resolve_artifact(str(run_dir)) == saved_model
+
+
+def test_real_exported_translator_is_scored_on_what_it_serves(tmp_path, files):
+    tokenizer = train_tokenizer(SOURCE + REFERENCE, 60, verbose=False)
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                    num_layers=1)
+    translator = serving.Translator(model, tokenizer, max_output_length=8)
+    saved_model = str(tmp_path / "saved_model")
+    serving.save_saved_model(translator, saved_model)
+    expected = _direct_outputs(saved_model, serving.GREEDY_SIGNATURE,
+                               serving.BEAM_SIGNATURE)
+    for beam, hypotheses in zip((False, True), expected):
+        scores = evaluation.evaluate(saved_model, *files, batch_size=3, beam=beam,
+                                     verbose=False)
+        _assert_sacrebleu_scores(scores, hypotheses)
 
 
 def test_missing_signature_lists_the_available_ones(tmp_path, stand_in):
