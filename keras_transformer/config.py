@@ -67,8 +67,10 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1
     mixed_precision: str | None = None
     jit_compile: bool = False
-    checkpoint_every_steps: int = 500
+    checkpoint_every_steps: int = 500  # also how often the resumable backup is written
     keep_checkpoints: int = 5
+    log_every_steps: int = 100  # TensorBoard step-level summaries
+    devices: tuple[str, ...] | None = None  # None: every visible GPU, else the CPU
     seed: int = 0
 
 

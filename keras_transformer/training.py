@@ -1,0 +1,198 @@
+"""Training: `model.compile` with the paper's optimiser and loss, then `model.fit` (§5).
+
+`train(config, run_dir)` checks the data, prepares the run directory (see `runs`),
+and fits with stock Keras callbacks plus two small ones of our own. Re-running it on the
+same directory resumes from the last backup.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import warnings
+
+import keras
+
+from keras_transformer import callbacks as callbacks_lib
+from keras_transformer import config as config_lib
+from keras_transformer import distribution, runs
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedAccuracy, TargetTokens
+from keras_transformer.schedules import WarmupInverseSqrtSchedule
+
+# Fields that may differ when an existing run directory is trained again.
+_RESUMABLE_CHANGES = {("train", "epochs")}
+
+
+def train(config, run_dir, *, callbacks=(), verbose="auto"):
+    """Trains a Transformer as `config` says and records everything in `run_dir`.
+
+    The corpus is read and validated first: if that (or building the tokenizer) fails,
+    a run directory this call created is removed again. On an existing run directory
+    the saved tokenizer is reused and training resumes from `backup/`; the config must
+    match the saved one (only `train.epochs` may grow).
+
+    Args:
+        config: `Config`.
+        run_dir: str. The run directory (layout in `keras_transformer.runs`).
+        callbacks: extra Keras callbacks, run after ours.
+        verbose: passed to `model.fit` (`"auto"`, 0, 1 or 2).
+
+    Returns:
+        The `keras.callbacks.History` of `model.fit`; the model is `history.model`.
+    """
+    strategy = distribution.choose_strategy(config.train.devices)
+    created = not os.path.exists(run_dir)
+    try:
+        splits = _read_corpus(config.data)
+        config, tokenizer = prepare_run_dir(config, run_dir, splits["train"])
+        train_data, validation_data = make_datasets(config, tokenizer, splits)
+    except BaseException:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    distribution.set_precision(config.train.mixed_precision)
+    keras.utils.set_random_seed(config.train.seed)
+    with strategy.scope():
+        model = runs.build_model(config)
+        compile_model(model, config.train)
+    with warnings.catch_warnings():
+        # Bucketed batches have no known count, so Keras learns an epoch's length by
+        # reaching its end, and warns that the data "ran out" each time it does.
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        history = model.fit(
+            train_data, validation_data=validation_data, epochs=config.train.epochs,
+            steps_per_epoch=config.train.steps_per_epoch,
+            callbacks=make_callbacks(config.train, run_dir, callbacks),
+            shuffle=False, verbose=verbose)  # the pipeline shuffles
+    if distribution.is_chief():
+        _save_atomically(model, os.path.join(run_dir, runs.FINAL_WEIGHTS))
+    return history
+
+
+def make_optimizer(train_config, hidden_dim):
+    """Returns Adam with the warmup schedule (§5.3), accumulating gradients if asked."""
+    accumulation = train_config.gradient_accumulation_steps
+    schedule = WarmupInverseSqrtSchedule(
+        hidden_dim, train_config.warmup_steps, train_config.learning_rate_scale,
+        gradient_accumulation_steps=accumulation)
+    return keras.optimizers.Adam(
+        schedule, beta_1=train_config.beta_1, beta_2=train_config.beta_2,
+        epsilon=train_config.epsilon,
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None)
+
+
+def compile_model(model, train_config, optimizer=None):
+    """Compiles `model` with the label-smoothed loss and the token metrics.
+
+    Args:
+        model: `Transformer`, built under the strategy's scope.
+        train_config: `TrainConfig`.
+        optimizer: optional optimizer replacing `make_optimizer`'s.
+    """
+    pad_id = model.pad_id
+    model.compile(
+        optimizer=optimizer or make_optimizer(train_config, model.hidden_dim),
+        loss=LabelSmoothedCrossEntropy(train_config.label_smoothing, pad_id=pad_id),
+        metrics=[MaskedAccuracy(pad_id=pad_id), TargetTokens(pad_id=pad_id)],
+        # "auto" never picks XLA under a strategy: say what the config says.
+        jit_compile=bool(train_config.jit_compile))
+
+
+def make_callbacks(train_config, run_dir, extra=()):
+    """Returns the callbacks of a run, in the order they must run at each step.
+
+    TerminateOnNaN comes first and raises, so nothing after it writes a bad state and
+    the backup survives; ThroughputLogger adds values the later ones record.
+    Only the chief of a worker cluster writes checkpoints and logs.
+    """
+    every = train_config.checkpoint_every_steps
+    backup_dir = os.path.join(run_dir, runs.BACKUP)
+    if not distribution.is_chief():
+        backup_dir = os.path.join(backup_dir, f"worker-{distribution.worker_index()}")
+    callbacks = [keras.callbacks.TerminateOnNaN(raise_error=True),
+                 callbacks_lib.ThroughputLogger()]
+    if distribution.is_chief():
+        callbacks.append(callbacks_lib.RollingCheckpoint(
+            os.path.join(run_dir, runs.CHECKPOINTS), every, train_config.keep_checkpoints))
+    # Kept after a finished run, so that running the same command again is a no-op.
+    callbacks.append(keras.callbacks.BackupAndRestore(
+        backup_dir, save_freq=every, double_checkpoint=True, delete_checkpoint=False))
+    if distribution.is_chief():
+        callbacks.append(keras.callbacks.TensorBoard(
+            os.path.join(run_dir, runs.LOGS), update_freq=train_config.log_every_steps,
+            write_graph=False))
+    return callbacks + list(extra)
+
+
+def prepare_run_dir(config, run_dir, train_text):
+    """Writes (or checks) `config.json` and the tokenizer; returns `(config, tokenizer)`.
+
+    The returned config has `model.vocabulary_size` equal to the tokenizer's.
+    """
+    from keras_transformer import tokenizer as tokenizer_lib
+    tokenizer_dir = os.path.join(run_dir, runs.TOKENIZER)
+    if os.path.isdir(tokenizer_dir):
+        tokenizer = tokenizer_lib.Tokenizer.load(tokenizer_dir)
+    else:
+        # §3.4: one vocabulary shared by both languages, as the tied embeddings need.
+        lines = train_text.source_lines + train_text.target_lines
+        tokenizer = tokenizer_lib.train_tokenizer(lines, config.model.vocabulary_size)
+        if distribution.is_chief():
+            os.makedirs(run_dir, exist_ok=True)
+            partial = tokenizer_dir + ".partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            tokenizer.save(partial)
+            os.replace(partial, tokenizer_dir)
+    if tokenizer.vocabulary_size != config.model.vocabulary_size:
+        logging.warning("The tokenizer has %d pieces (%d asked for): the model uses %d.",
+                        tokenizer.vocabulary_size, config.model.vocabulary_size,
+                        tokenizer.vocabulary_size)
+        config = dataclasses.replace(config, model=dataclasses.replace(
+            config.model, vocabulary_size=tokenizer.vocabulary_size))
+    config_path = os.path.join(run_dir, runs.CONFIG)
+    if os.path.exists(config_path):
+        _check_same_run(config, config_lib.Config.load(config_path), run_dir)
+    if distribution.is_chief():
+        config.save(config_path)
+    return config, tokenizer
+
+
+def make_datasets(config, tokenizer, splits):
+    """Returns the `(train, validation)` datasets of `(inputs, targets, loss_weights)`."""
+    from keras_transformer import data
+    options = dict(batch_tokens=config.data.batch_tokens, max_length=config.model.max_length)
+    train_data = data.make_dataset(
+        splits["train"], tokenizer, shuffle=True, seed=config.data.seed,
+        shuffle_buffer=config.data.shuffle_buffer,
+        # Epochs of a fixed number of steps may cross the end of the data.
+        repeat=bool(config.train.steps_per_epoch), **options)
+    validation_data = data.make_dataset(splits["validation"], tokenizer, shuffle=False,
+                                        **options)
+    return train_data, validation_data
+
+
+def _read_corpus(data_config):
+    """Reads and validates the training and validation text (raises on bad data)."""
+    from keras_transformer import corpus
+    return {split: corpus.load_split(data_config, split) for split in ("train", "validation")}
+
+
+def _check_same_run(config, saved, run_dir):
+    """Raises unless `config` only differs from the run's saved config where allowed."""
+    new, old = json.loads(config.to_json()), json.loads(saved.to_json())
+    changed = sorted(f"{section}.{name}" for section in new for name in new[section]
+                     if new[section][name] != old[section].get(name)
+                     and (section, name) not in _RESUMABLE_CHANGES)
+    if changed:
+        raise ValueError(
+            f"{run_dir} holds a run with a different config ({', '.join(changed)} differ). "
+            f"Resume it with --config {os.path.join(run_dir, runs.CONFIG)}, or train "
+            "into a new --run-dir.")
+
+
+def _save_atomically(model, path):
+    partial = os.path.join(os.path.dirname(path), "partial-" + os.path.basename(path))
+    model.save_weights(partial, overwrite=True)
+    os.replace(partial, path)

@@ -1,0 +1,161 @@
+"""Training end to end on a tiny corpus: the loss falls, runs resume, bad data leaves nothing."""
+
+import gzip
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import callbacks as callbacks_lib
+from keras_transformer import config as config_lib
+from keras_transformer import runs, training
+from keras_transformer.schedules import WarmupInverseSqrtSchedule
+
+STEPS_PER_EPOCH = 6
+INTERRUPT_AT_STEP = 9  # in the second epoch, one step after the backup of step 8
+
+
+class Interrupted(Exception):
+    """Stands for a crash or a kill in the middle of training."""
+
+
+class Recorder(keras.callbacks.Callback):
+    """Notes the update count when fitting starts (after any restore) and every loss."""
+
+    def __init__(self, interrupt_at=None):
+        super().__init__()
+        self.interrupt_at = interrupt_at
+        self.losses = []
+        self.epochs = []
+
+    def on_train_begin(self, logs=None):
+        self.start_step = int(self.model.optimizer.iterations)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append(epoch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.losses.append(logs["loss"])
+        self.logs = dict(logs)
+        if int(self.model.optimizer.iterations) == self.interrupt_at:
+            raise Interrupted
+
+
+def tiny_config(data_dir):
+    # One layer each side: building the training graph dominates these tests' time.
+    return config_lib.override(config_lib.preset_config("tiny"), [
+        f"data_dir={data_dir}", "num_layers=1", "epochs=2", f"steps_per_epoch={STEPS_PER_EPOCH}",
+        "checkpoint_every_steps=2", "keep_checkpoints=3", "log_every_steps=2"])
+
+
+@pytest.fixture(scope="module")
+def interrupted_then_resumed(tmp_path_factory, fixture_corpus_dir):
+    """Trains until an interruption at step 9, then runs the same training again."""
+    run_dir = str(tmp_path_factory.mktemp("runs") / "tiny-en-de")
+    config = tiny_config(fixture_corpus_dir)
+    first = Recorder(interrupt_at=INTERRUPT_AT_STEP)
+    with pytest.raises(Interrupted):
+        training.train(config, run_dir, callbacks=[first], verbose=0)
+    second = Recorder()
+    history = training.train(config, run_dir, callbacks=[second], verbose=0)
+    return run_dir, config, first, second, history
+
+
+def test_loss_falls(interrupted_then_resumed):
+    _, _, first, second, _ = interrupted_then_resumed
+    assert all(math.isfinite(loss) for loss in first.losses + second.losses)
+    assert second.losses[-1] < first.losses[0] - 0.2
+
+
+def test_resumed_run_continues_from_its_last_backup(interrupted_then_resumed):
+    _, _, first, second, history = interrupted_then_resumed
+    assert first.start_step == 0
+    assert len(first.losses) == INTERRUPT_AT_STEP
+    # Backups every 2 updates: the one of step 8 is the last before the interruption;
+    # Keras restores it and restarts its epoch (the second) from the epoch's beginning.
+    assert second.start_step == 8
+    assert second.epochs == [1]
+    assert int(history.model.optimizer.iterations) == 8 + STEPS_PER_EPOCH
+
+
+def test_run_directory_holds_everything(interrupted_then_resumed):
+    run_dir, _, _, _, _ = interrupted_then_resumed
+    for name in (runs.CONFIG, runs.TOKENIZER, runs.BACKUP, runs.FINAL_WEIGHTS):
+        assert os.path.exists(os.path.join(run_dir, name)), name
+    assert os.listdir(os.path.join(run_dir, runs.LOGS, "train"))
+    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, runs.CHECKPOINTS))
+    assert [os.path.basename(path) for path in checkpoints] == [
+        f"step-{step:08d}.weights.h5" for step in (10, 12, 14)]
+    assert not [name for name in os.listdir(run_dir) if name.startswith("partial-")]
+
+
+def test_load_run_restores_the_trained_model(interrupted_then_resumed):
+    run_dir, _, _, _, history = interrupted_then_resumed
+    config, tokenizer, model = runs.load_run(run_dir, weights="final")
+    assert config.model.vocabulary_size == tokenizer.vocabulary_size
+    assert model.vocabulary_size == tokenizer.vocabulary_size
+    for loaded, trained in zip(model.get_weights(), history.model.get_weights()):
+        np.testing.assert_array_equal(loaded, trained)
+
+
+def test_logs_have_throughput_learning_rate_and_accuracy(interrupted_then_resumed):
+    _, config, _, second, history = interrupted_then_resumed
+    assert second.logs["tokens_per_second"] > 0
+    schedule = WarmupInverseSqrtSchedule(config.model.hidden_dim, config.train.warmup_steps)
+    updates = int(history.model.optimizer.iterations)
+    np.testing.assert_allclose(second.logs["learning_rate"], float(schedule(updates)),
+                               rtol=1e-6)
+    assert 0.0 <= second.logs["accuracy"] <= 1.0
+    assert history.history["tokens_per_second"][-1] > 0
+
+
+def test_a_different_config_does_not_silently_reuse_a_run(interrupted_then_resumed,
+                                                          fixture_corpus_dir):
+    run_dir, _, _, _, _ = interrupted_then_resumed
+    changed = config_lib.override(tiny_config(fixture_corpus_dir), ["dropout=0.3"])
+    with pytest.raises(ValueError, match="model.dropout"):
+        training.train(changed, run_dir, verbose=0)
+    assert os.path.exists(os.path.join(run_dir, runs.CONFIG))
+
+
+def test_bad_data_leaves_no_run_directory(tmp_path):
+    data_dir = tmp_path / "corpus"
+    data_dir.mkdir()
+    for name, lines in {"train.en.gz": ["a b", "c d", "e f"], "train.de.gz": ["a", "b"],
+                        "val.en.gz": ["x"], "val.de.gz": ["y"]}.items():
+        with gzip.open(data_dir / name, "wt", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+    run_dir = tmp_path / "runs" / "bad"
+    with pytest.raises(ValueError):
+        training.train(tiny_config(data_dir), str(run_dir), verbose=0)
+    assert not run_dir.exists()
+
+
+def test_nan_stops_training_before_anything_is_written():
+    callbacks = training.make_callbacks(config_lib.TrainConfig(), "unused")
+    assert isinstance(callbacks[0], keras.callbacks.TerminateOnNaN)
+    with pytest.raises(RuntimeError):
+        callbacks[0].on_batch_end(0, {"loss": float("nan")})
+
+
+def test_checkpoints_skip_non_finite_losses_and_keep_the_newest(tmp_path):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(), "mse")
+    model.optimizer.build(model.trainable_variables)
+    checkpoint = callbacks_lib.RollingCheckpoint(tmp_path, every_steps=1, keep=2)
+    checkpoint.set_model(model)
+    for step, loss in [(1, 1.0), (2, 0.5), (3, float("nan")), (4, 0.4)]:
+        model.optimizer.iterations.assign(step)
+        checkpoint.on_train_batch_end(step, {"loss": loss})
+    names = [os.path.basename(path) for path in callbacks_lib.list_checkpoints(tmp_path)]
+    assert names == ["step-00000002.weights.h5", "step-00000004.weights.h5"]
+
+
+def test_gradient_accumulation_reaches_the_optimizer():
+    config = config_lib.TrainConfig(gradient_accumulation_steps=4, warmup_steps=10)
+    optimizer = training.make_optimizer(config, hidden_dim=64)
+    assert optimizer.gradient_accumulation_steps == 4
+    assert optimizer.get_config()["learning_rate"]["config"]["gradient_accumulation_steps"] == 4
+    assert optimizer.beta_2 == 0.98 and optimizer.epsilon == 1e-9
