@@ -105,9 +105,10 @@ def test_cached_steps_match_the_full_decoder_pass(model, greedy):
     full_logits = model.decode(decoder_input, encoder_output, source_ids).numpy()
 
     cache = model.init_cache(encoder_output, source_ids, ids.shape[1])
+    decode_step = tf.function(model.decode_step)
     for index in range(ids.shape[1]):
-        logits, cache = model.decode_step(tf.constant(decoder_input[:, index]), cache,
-                                          tf.constant(index))
+        logits, cache = decode_step(tf.constant(decoder_input[:, index]), cache,
+                                    tf.constant(index))
         np.testing.assert_allclose(logits.numpy(), full_logits[:, index], atol=1e-4)
     np.testing.assert_array_equal(ids, np.argmax(full_logits[..., 1:], axis=-1) + 1)
 
@@ -260,7 +261,8 @@ def test_special_ids_match_the_tokenizer():
 def test_decoding_converts_to_tflite_builtins_with_the_same_ids(model, decode):
     from ai_edge_litert.interpreter import Interpreter
 
-    source_ids = padded(SOURCES)
+    # One padded sentence of a fixed shape, as an on-device export would trace it.
+    source_ids = padded(SOURCES[:1], length=7)
     module = tf.Module()
     module.model = model
     # Keras 3 variables tracked only through a tf.Module do not reach the converter's
@@ -278,3 +280,14 @@ def test_decoding_converts_to_tflite_builtins_with_the_same_ids(model, decode):
     interpreter.invoke()
     ids = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     np.testing.assert_array_equal(ids, module.translate(source_ids).numpy())
+
+
+def test_beam_search_traces_with_a_static_batch_of_one(model):
+    # A fixed input shape of one sentence is what an on-device export traces (the
+    # TFLite test covers greedy decoding in that setting).
+    source_ids = padded(SOURCES[:1])
+    traced = tf.function(lambda ids: decoding.beam_search(model, ids, max_length=3).ids,
+                         input_signature=[tf.TensorSpec(source_ids.shape, tf.int32)])
+    np.testing.assert_array_equal(
+        traced(source_ids).numpy(),
+        decoding.beam_search(model, source_ids, max_length=3).ids.numpy())

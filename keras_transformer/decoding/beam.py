@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.common import (END_ID, FORBIDDEN, PAD_ID, START_ID,
                                                decoded, length_limits, log_probabilities,
-                                               write_position)
+                                               while_loop, write_position)
 
 
 def gnmt_length_penalty(length, alpha):
@@ -102,7 +102,7 @@ class _BeamSearch:
             del done  # recomputed from the new state
             return self.step(index, alive_tokens, alive_scores, finished, cache)
 
-        steps, _, _, finished, _, _ = tf.while_loop(
+        steps, _, _, finished, _, _ = while_loop(
             not_done, step, (tf.constant(0), tokens, alive_scores, finished, done, cache))
         return steps, finished
 

@@ -104,6 +104,20 @@ def write_position(tokens, index, new_ids):
     return tf.where(positions[None, :] == index, new_ids[:, None], tokens)
 
 
+def while_loop(condition, body, loop_vars):
+    """`tf.while_loop` whose loop variables may change their batch size (axis 0).
+
+    Keeps the static shape of every other axis, so the loop still lowers to TFLite
+    builtins, while ops that lose the static batch inside the body (a reshape by
+    `tf.shape`, say) cannot fail the shape check when the batch is static (batch 1).
+    """
+    loop_vars = tf.nest.map_structure(tf.convert_to_tensor, loop_vars)
+    invariants = tf.nest.map_structure(
+        lambda tensor: tf.TensorShape([None, *tensor.shape[1:]]) if tensor.shape.rank
+        else tensor.shape, loop_vars)
+    return tf.while_loop(condition, body, loop_vars, shape_invariants=invariants)
+
+
 def decoded(model, ids, scores, normalized_scores, encoder_output, source_ids, start_id,
             pad_id, return_attention):
     """Packs a `Decoded`, computing the attention weights when asked."""

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.common import (END_ID, PAD_ID, START_ID, decoded,
                                                length_limits, log_probabilities,
-                                               write_position)
+                                               while_loop, write_position)
 
 
 def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
@@ -102,6 +102,6 @@ def _greedy_loop(step, state, limits, buffer_length, start_id, end_id, pad_id):
         finished = finished | (next_ids == end_id) | (index + 1 >= limits)
         return index + 1, tokens, finished, scores, state
 
-    steps, tokens, _, scores, _ = tf.while_loop(
+    steps, tokens, _, scores, _ = while_loop(
         not_done, decode_one, (tf.constant(0), tokens, finished, scores, state))
     return tokens[:, 1:steps + 1], scores
