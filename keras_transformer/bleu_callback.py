@@ -52,7 +52,8 @@ class BleuCallback(keras.callbacks.Callback):
         every_steps: int or `None`. Score every this many weight updates; `None` scores
             at the end of every epoch.
         patience: int or `None`. Stop training after this many scores in a row without
-            improvement; `None` never stops.
+            improvement; `None` never stops. Scores before the first non-zero BLEU do
+            not count (early in training every score is 0).
         min_delta: float. Smallest BLEU gain that counts as an improvement.
         batch_size: int. Sentences decoded together.
         max_length: int or `None`. Most output tokens per sentence (see `greedy_decode`).
@@ -155,7 +156,8 @@ class BleuCallback(keras.callbacks.Callback):
         improved = bleu > self.best + self.min_delta
         if improved:
             self.best, self.best_step, self.wait = bleu, step, 0
-        else:
+        elif self.best > 0:
+            # A model that has not scored yet is warming up, not on a plateau.
             self.wait += 1
         if is_chief(self.model.distribute_strategy):
             self._record(bleu, step, epoch, improved)

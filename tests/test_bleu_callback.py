@@ -204,18 +204,20 @@ def test_resumed_run_keeps_a_better_earlier_checkpoint(tokenizer, tmp_path):
     assert model.saved_step(tmp_path / bleu_callback.BEST_WEIGHTS) == 9
 
 
-def test_only_the_chief_writes(tokenizer, tmp_path, monkeypatch):
+def test_only_the_chief_writes_and_zeros_do_not_count_against_patience(tokenizer, tmp_path, monkeypatch):
     model = _LookupModel(tokenizer, SOURCES[:2], REFERENCES[:2])
     monkeypatch.setattr(bleu_callback, "is_chief", lambda strategy: False)
     callback = bleu_callback.BleuCallback(
         SOURCES[:2], REFERENCES[:2], tokenizer, log_dir=tmp_path / "logs",
         checkpoint_dir=tmp_path / "checkpoints", patience=1,
-        score_function=_scripted([5.0, 4.0]), verbose=False)
+        score_function=_scripted([0.0, 0.0, 5.0, 4.0]), verbose=False)
     callback.set_model(model)
     callback.on_train_begin()
-    callback.on_epoch_end(0, {})
-    assert not model.stop_training
-    callback.on_epoch_end(1, {})
+    # Zeros (a model that translates nothing right yet) do not use up the patience.
+    for epoch in range(3):
+        callback.on_epoch_end(epoch, {})
+        assert not model.stop_training
+    callback.on_epoch_end(3, {})
     assert not os.path.exists(tmp_path / "logs")
     assert not os.path.exists(tmp_path / "checkpoints")
     # Other workers still score, so that every worker stops at the same time.
