@@ -109,19 +109,39 @@ class TranslationMonitor(keras.callbacks.Callback):
     def _write_attention(self, ids, attention):
         """Writes one image per decoder layer for sentence `attention_index`."""
         index = self.attention_index
-        source_tokens = self._pieces(self._source_ids[index])
-        target_tokens = self._pieces(ids[index])  # row i: attention while emitting it
-        for layer, weights in enumerate(attention[index]):  # (H, L, S) per layer
-            figure = plotting.plot_attention(
-                weights, source_tokens, target_tokens,
-                title=f"decoder layer {layer}, cross-attention")
+        figures = cross_attention_figures(self.tokenizer, self._source_ids[index],
+                                          ids[index], attention[index])
+        for layer, figure in enumerate(figures):
             tf.summary.image(f"cross_attention/layer_{layer}",
                              plotting.figure_to_image(figure),
                              description=f"Source: {self.sources[index]}")
 
-    def _pieces(self, ids):
-        """Returns the pieces of `ids` up to padding (the end token kept)."""
-        return [self.tokenizer.id_to_piece(int(i)) for i in ids if i != decoding.PAD_ID]
+
+def cross_attention_figures(tokenizer, source_ids, output_ids, attention):
+    """Returns one figure per decoder layer of the cross-attention behind a translation.
+
+    Row `i` of each map is the attention while the decoder emitted output token `i`;
+    padding is left out on both axes.
+
+    Args:
+        tokenizer: the `Tokenizer` that names the pieces.
+        source_ids: int `(S,)`, one sentence's source ids (as `encode_sources` makes them).
+        output_ids: int `(L,)`, its decoder output (`Decoded.ids[b]`).
+        attention: float `(N, H, L, S)`, its weights (`Decoded.attention[b]`).
+
+    Returns:
+        A list of `N` `matplotlib.figure.Figure`, each with one panel per head.
+    """
+    source_tokens = token_pieces(tokenizer, source_ids)
+    target_tokens = token_pieces(tokenizer, output_ids)
+    return [plotting.plot_attention(weights, source_tokens, target_tokens,
+                                    title=f"decoder layer {layer}, cross-attention")
+            for layer, weights in enumerate(attention)]  # (H, L, S) per layer
+
+
+def token_pieces(tokenizer, ids):
+    """Returns the pieces (str) of `ids` with the padding dropped, e.g. `["<s>", "▁A"]`."""
+    return [tokenizer.id_to_piece(int(i)) for i in ids if int(i) != decoding.PAD_ID]
 
 
 def encode_sources(tokenizer, sentences, max_length):

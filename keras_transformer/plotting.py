@@ -14,6 +14,9 @@ import math
 
 import numpy as np
 
+# Largest side of one attention panel, in inches.
+_MAX_PANEL_INCHES = 6.0
+
 
 def new_figure(width=6.0, height=4.0, dpi=100):
     """Returns an empty `matplotlib.figure.Figure` drawn with the Agg backend.
@@ -75,8 +78,9 @@ def plot_attention(weights, source_tokens, target_tokens, title=None, head_names
     head_names = head_names or [f"head {head}" for head in range(heads)]
     columns = max(1, min(columns, heads))
     rows = math.ceil(heads / columns)
-    panel = 0.35 + 0.25 * max(source_length, target_length)  # inches per panel
-    figure = new_figure(width=1.0 + panel * columns, height=0.8 + panel * rows)
+    panel_width, x_font = _panel_size(source_length)
+    panel_height, y_font = _panel_size(target_length)
+    figure = new_figure(width=1.0 + panel_width * columns, height=0.8 + panel_height * rows)
     grid = figure.subplots(rows, columns, squeeze=False)
     for head, axes in enumerate(grid.flat):
         if head >= heads:
@@ -84,12 +88,24 @@ def plot_attention(weights, source_tokens, target_tokens, title=None, head_names
             continue
         _heat_map(axes, weights[head, :target_length, :source_length],
                   x_labels=source_tokens, y_labels=target_tokens, vmin=0.0, vmax=1.0)
+        axes.tick_params(axis="x", labelsize=x_font)
+        axes.tick_params(axis="y", labelsize=y_font)
         axes.set_title(head_names[head])
         if head % columns:
             axes.tick_params(labelleft=False)  # the row's first panel names the queries
     if title:
         figure.suptitle(title)
     return figure
+
+
+def _panel_size(labels):
+    """Returns `(inches, font points)` for a panel side carrying `labels` tick labels.
+
+    A quarter inch per token, but an untrained model's 60-token outputs should not make a
+    poster: past `_MAX_PANEL_INCHES` the labels shrink instead (down to 4 points).
+    """
+    inches = min(_MAX_PANEL_INCHES, 0.35 + 0.25 * labels)
+    return inches, max(4.0, min(10.0, 0.8 * 72 * inches / max(labels, 1)))
 
 
 def plot_matrix(matrix, title=None, x_label=None, y_label=None, x_tick_labels=None,
