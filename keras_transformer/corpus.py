@@ -15,7 +15,8 @@ Public API:
 
 The default corpus is Multi30K Task 1 (Elliott et al., 2016): en, de and fr captions,
 line-aligned across languages, so any two of them make a direction. `DataConfig.data_dir`
-reads a local directory holding Multi30K's file names instead of downloading. Another
+reads a local directory holding Multi30K's file names instead of downloading.
+`corpus="wmt14"` reads WMT14 from TensorFlow Datasets (see `wmt14`). Another
 corpus names its files in `DataConfig.train_files` / `validation_files` / `test_files`.
 The download location can be overridden with `base_url=` or the environment variable
 `KERAS_TRANSFORMER_MULTI30K_URL` (a mirror, or a local server in tests).
@@ -131,6 +132,10 @@ def load_split(data_config, split, *, filter_pairs=None, max_characters=MAX_CHAR
     Returns:
         A `ParallelText`.
     """
+    if data_config.corpus == "wmt14":  # from TensorFlow Datasets, not from files
+        from keras_transformer import wmt14
+        return wmt14.load_split(data_config, split, filter_pairs=filter_pairs,
+                                max_characters=max_characters, verbose=verbose)
     source_path, target_path = corpus_files(
         data_config, split, cache_dir=cache_dir, base_url=base_url)
     if filter_pairs is None:
