@@ -132,15 +132,16 @@ class _BeamSearch:
         # ended within their sentence's limit compete with the finished ones.
         entering = ended & (top_scores > FORBIDDEN / 2) & (length <= self.limits)[:, None]
         finished = self._merge(finished, top_tokens, top_scores, entering, length)
-        done = (length >= self.limits) | (finished[2][:, -1] >= self._best_reachable(
-            alive_scores[:, 0]))
+        worst_finished = finished[2][:, -1]  # (B,)
+        done = (length >= self.limits) | (
+            worst_finished >= self._best_reachable(alive_scores[:, 0]))
         return length, alive_tokens, alive_scores, finished, done, cache
 
     def _merge(self, finished, tokens, scores, entering, length):
         """Returns the K best of the finished hypotheses and the `entering` candidates."""
         finished_tokens, finished_scores, finished_normalized = finished
-        normalized = tf.where(entering, scores / gnmt_length_penalty(length, self.length_penalty),
-                              FORBIDDEN)  # (B, 2K)
+        penalty = gnmt_length_penalty(length, self.length_penalty)
+        normalized = tf.where(entering, scores / penalty, FORBIDDEN)  # (B, 2K)
         width = tokens.shape[-1]
         all_tokens = tf.reshape(tf.concat(
             [tf.reshape(finished_tokens, [self.batch, -1, width]),
