@@ -131,6 +131,17 @@ class Translator(tf.Module):
         # batch reads every string back with the right shape (identity in TensorFlow).
         return tf.gather(text, tf.range(tf.shape(ids)[0]))
 
+    def with_fixed_source_width(self):
+        """Returns a translator like this one with `fixed_source_width=True`.
+
+        It shares the model and tokenizer; this translator itself when it already has it.
+        """
+        if self.fixed_source_width:
+            return self
+        return Translator(self.model, self.tokenizer, max_output_length=self.max_output_length,
+                          extra_length=self.extra_length, beam_size=self.beam_size,
+                          length_penalty=self.length_penalty, fixed_source_width=True)
+
     def signatures(self):
         """Returns the `{name: concrete function}` signatures to export."""
         return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
@@ -156,16 +167,12 @@ def convert_to_tflite(translator, quantize=False):
     the model's `max_length` (see `Translator`'s `fixed_source_width`).
 
     Args:
-        translator: `Translator`.
+        translator: `Translator`. Convert the same `with_fixed_source_width()` copy
+            several times to trace it once.
         quantize: bool. Dynamic-range quantization: int8 weights, float activations;
             about 4x smaller weights, and outputs that may differ from the float model's.
     """
-    if not translator.fixed_source_width:
-        translator = Translator(
-            translator.model, translator.tokenizer,
-            max_output_length=translator.max_output_length,
-            extra_length=translator.extra_length, beam_size=translator.beam_size,
-            length_penalty=translator.length_penalty, fixed_source_width=True)
+    translator = translator.with_fixed_source_width()
     function = translator.translate.get_concrete_function()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function], translator)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]

@@ -1,0 +1,67 @@
+"""A tiny exported translator shared by the serving and export tests, built once.
+
+A SentencePiece vocabulary trained on the fixture corpus and a randomly initialised
+"tiny" Transformer: its translations are nonsense, but every artifact must produce the
+same nonsense, which is what the tests check.
+"""
+
+import functools
+import types
+
+from tests.conftest import FIXTURES
+
+CORPUS = FIXTURES / "corpus"
+VOCABULARY_SIZE = 200
+
+# Inputs that must each give exactly one string per sentence, without error or hang.
+BAD_INPUTS = {
+    "empty": [""],
+    "whitespace_only": ["   \t  ", "\u3000\u00a0"],
+    "ten_thousand_characters": [("A dog runs across the green field. " * 300)[:10_000],
+                                "x" * 10_000],
+    "invalid_utf8": [b"\xff\xfe\xc3(", b"caf\xe9 au lait", b"\xed\xa0\x80"],
+    "control_characters": ["\x00\x07 bell \x1b[31m red\x7f", "tab\tnew\nline\r\x0c"],
+    "emoji_and_mixed_scripts": ["😀 Ein Mann 日本語 мир عربى 👩‍👩‍👧", "🚲" * 50],
+    "batch_of_0": [],
+}
+
+
+def batch_of(count):
+    """Returns `count` fixture validation sentences, repeating them as needed."""
+    sentences = validation_sentences()
+    return [sentences[i % len(sentences)] for i in range(count)]
+
+
+@functools.lru_cache(maxsize=None)
+def validation_sentences():
+    from keras_transformer.corpus import read_lines
+    return tuple(read_lines(CORPUS / "val.en.gz"))
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_export(directory):
+    """Exports the tiny translator into `directory` once per test session.
+
+    Returns:
+        A namespace with `translator`, `directory` (str), `report`, `saved_model`,
+        `tflite` and `tflite_quantized` paths.
+    """
+    import keras
+
+    from keras_transformer import exporting, serving
+    from keras_transformer.corpus import read_lines
+    from keras_transformer.model import Transformer
+    from keras_transformer.tokenizer import train_tokenizer
+
+    lines = read_lines(CORPUS / "train.en.gz") + read_lines(CORPUS / "train.de.gz")
+    tokenizer = train_tokenizer(lines, VOCABULARY_SIZE, verbose=False)
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
+    translator = serving.Translator(model, tokenizer)
+    report = exporting.export_translator(translator, str(directory), quantize=True)
+    exporting.write_report(str(directory), report)
+    return types.SimpleNamespace(
+        translator=translator, directory=str(directory), report=report,
+        saved_model=str(directory / exporting.SAVED_MODEL),
+        tflite=str(directory / exporting.TFLITE),
+        tflite_quantized=str(directory / exporting.TFLITE_QUANTIZED))

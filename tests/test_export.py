@@ -1,0 +1,132 @@
+"""TFLite translator, self-check, translate command and the export command end to end."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer import export_checks, exporting, runtimes, self_check, translate
+from tests.conftest import REPOSITORY
+from tests.export_helpers import BAD_INPUTS, batch_of, tiny_export, validation_sentences
+
+CASES = {**BAD_INPUTS, "batch_of_512": None}
+ENVIRONMENT = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+
+
+@pytest.fixture(scope="module")
+def tflite_runner(exported):
+    return runtimes.TFLiteRunner(exported.tflite)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_tflite_answers_one_string_per_input(tflite_runner, case):
+    sentences = batch_of(512) if case == "batch_of_512" else CASES[case]
+    outputs = tflite_runner(sentences)
+    assert outputs["translations"].shape == (len(sentences),)
+    assert all(isinstance(text, bytes) for text in outputs["translations"])
+    assert outputs["token_ids"].shape[0] == len(sentences)
+
+
+def test_tflite_has_only_builtins_and_tf_text_custom_ops(exported):
+    with open(exported.tflite, "rb") as file:
+        ops = export_checks.tflite_ops(file.read())
+    assert "WHILE" in ops
+    assert export_checks.check_tflite_ops(ops) == [
+        "RaggedTensorToTensor", "TFText>FastSentencepieceDetokenize",
+        "TFText>FastSentencepieceTokenize"]
+
+
+def test_quantized_tflite_is_smaller_and_answers(exported):
+    assert os.path.getsize(exported.tflite_quantized) < os.path.getsize(exported.tflite)
+    outputs = runtimes.TFLiteRunner(exported.tflite_quantized)(BAD_INPUTS["invalid_utf8"])
+    assert len(outputs["translations"]) == len(BAD_INPUTS["invalid_utf8"])
+
+
+def test_self_check_passes_on_the_tiny_export(exported):
+    sentences = list(validation_sentences())
+    checks, reference = self_check.artifact_checks(exported.directory, sentences, alone=3)
+    checks += self_check.model_checks(exported.translator, sentences, reference,
+                                      export_dir=exported.directory, alone=3)
+    table = self_check.format_table(checks)
+    assert all(check.passed is not False for check in checks), table
+    names = {check.name for check in checks}
+    assert {"TFLite = SavedModel", "SavedModel session loader = tf.saved_model.load",
+            "cached greedy = uncached greedy", "in-memory model = SavedModel"} <= names
+    assert [check.passed for check in checks if "quantized" in check.name] == [None]
+
+
+def test_compare_reports_the_first_difference():
+    check = self_check.compare("x", [(5, 3), (6, 3)], [(5, 3), (7, 3)])
+    assert not check.passed and "1/2" in check.detail and "sentence 1" in check.detail
+    assert self_check.token_sequences([[5, 3, 0, 0], [4, 4, 4, 4]]) == [(5, 3), (4, 4, 4, 4)]
+
+
+def test_translate_sentences_keeps_input_order_and_one_line_each():
+    def runner(batch):
+        texts = [f"<{s}>\nsecond line" if s else "" for s in batch]
+        return {"translations": [text.encode() for text in texts]}
+
+    sentences = ["ccc", "", "a", "bb"]
+    done = []
+    result = translate.translate_sentences(runner, sentences, batch_size=3,
+                                           progress=done.append)
+    assert result == ["<ccc> second line", "", "<a> second line", "<bb> second line"]
+    assert done == [3, 4]
+
+
+@pytest.mark.parametrize("artifact", ["saved_model", "tflite"])
+def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, artifact):
+    lines = [b"A dog runs.", b"", b"   ", b"\xff\xfe bad", b"\x00\x07",
+             "😀 日本語 мир".encode(), b"x" * 10_000]
+    source = tmp_path / "source.txt"
+    source.write_bytes(b"\r\n".join(lines) + b"\n")
+    target = tmp_path / "target.txt"
+    status = translate.main([getattr(exported, artifact), "--input", str(source),
+                             "--output", str(target), "--batch-size", "3"])
+    assert status == 0
+    assert len(target.read_text(encoding="utf-8").split("\n")) == len(lines) + 1
+
+
+def test_translate_command_reads_stdin(exported):
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.translate", exported.saved_model],
+        input=b"A dog runs.\n\nTwo men.\n", capture_output=True, timeout=120,
+        cwd=REPOSITORY, env=ENVIRONMENT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.decode("utf-8").split("\n")) == 4
+
+
+@pytest.mark.slow
+def test_export_command_then_check_command_pass(exported, tmp_path):
+    from keras_transformer import config as config_lib, runs
+
+    run_dir = tmp_path / "run"
+    translator = exported.translator
+    config = config_lib.preset_config("tiny")
+    config = dataclasses.replace(config, model=dataclasses.replace(
+        config.model, vocabulary_size=translator.tokenizer.vocabulary_size),
+        data=dataclasses.replace(config.data, corpus="fixture",
+                                 data_dir=str(REPOSITORY / "tests" / "fixtures" / "corpus")))
+    os.makedirs(run_dir)
+    config.save(str(run_dir / runs.CONFIG))
+    translator.tokenizer.save(str(run_dir / runs.TOKENIZER))
+    translator.model.save_weights(str(run_dir / runs.FINAL_WEIGHTS))
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(validation_sentences()[:8]) + "\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "export", str(run_dir), "--no-quantize"],
+        capture_output=True, text=True, timeout=600, cwd=REPOSITORY, env=ENVIRONMENT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert os.path.exists(run_dir / exporting.EXPORT_DIR / exporting.REPORT_MARKDOWN)
+    result = subprocess.run(
+        [sys.executable, "-m", "export.check", str(run_dir), "--sentences", str(sentences)],
+        capture_output=True, text=True, timeout=600, cwd=REPOSITORY, env=ENVIRONMENT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "All checks passed." in result.stdout
