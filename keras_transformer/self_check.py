@@ -63,17 +63,16 @@ def run_in_batches(runner, sentences, batch_size):
 def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16):
     """Checks between the artifacts in `export_dir`; returns `(checks, greedy ids)`."""
     saved_model = os.path.join(export_dir, exporting.SAVED_MODEL)
-    reference, texts = run_in_batches(runtimes.SavedModelRunner(saved_model), sentences,
-                                      batch_size)
+    saved = runtimes.SavedModelRunner(saved_model)
+    reference, texts = run_in_batches(saved, sentences, batch_size)
     checks = [Check("SavedModel: one translation per sentence",
                     len(texts) == len(sentences), f"{len(texts)}/{len(sentences)}")]
     session = runtimes.SessionRunner(saved_model)
     checks.append(compare("SavedModel session loader = tf.saved_model.load", reference,
                           run_in_batches(session, sentences, batch_size)[0]))
     session.close()
-    single = runtimes.SavedModelRunner(saved_model)
     checks.append(compare("SavedModel: batch = each sentence alone", reference[:alone],
-                          [token_sequences(single([s])["token_ids"])[0]
+                          [token_sequences(saved([s])["token_ids"])[0]
                            for s in sentences[:alone]]))
     tflite_path = os.path.join(export_dir, exporting.TFLITE)
     if os.path.exists(tflite_path):

@@ -1,6 +1,7 @@
 """TFLite translator, self-check, translate command and the export command end to end."""
 
 import dataclasses
+import io
 import os
 import subprocess
 import sys
@@ -94,13 +95,11 @@ def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, ar
     assert len(target.read_text(encoding="utf-8").split("\n")) == len(lines) + 1
 
 
-def test_translate_command_reads_stdin(exported):
-    result = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.translate", exported.saved_model],
-        input=b"A dog runs.\n\nTwo men.\n", capture_output=True, timeout=120,
-        cwd=REPOSITORY, env=ENVIRONMENT)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert len(result.stdout.decode("utf-8").split("\n")) == 4
+def test_translate_command_reads_stdin_and_writes_stdout(exported, monkeypatch,
+                                                        capsysbinary):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"A dog.\n\nTwo men.\n")))
+    assert translate.main([exported.saved_model]) == 0
+    assert len(capsysbinary.readouterr().out.decode("utf-8").split("\n")) == 4
 
 
 @pytest.mark.slow
@@ -111,7 +110,8 @@ def test_export_command_then_check_command_pass(exported, tmp_path):
     translator = exported.translator
     config = config_lib.preset_config("tiny")
     config = dataclasses.replace(config, model=dataclasses.replace(
-        config.model, vocabulary_size=translator.tokenizer.vocabulary_size),
+        config.model, vocabulary_size=translator.tokenizer.vocabulary_size,
+        num_layers=translator.model.num_layers),
         data=dataclasses.replace(config.data, corpus="fixture",
                                  data_dir=str(REPOSITORY / "tests" / "fixtures" / "corpus")))
     os.makedirs(run_dir)
