@@ -20,32 +20,38 @@ import types
 import keras
 import tensorflow as tf
 
-from keras_transformer import data, decoding, distribution, plotting
+from keras_transformer import data, decoding, distribution, plotting, runs
 
 
 class TranslationMonitor(keras.callbacks.Callback):
     """Writes sample translations and cross-attention maps to TensorBoard every epoch.
 
+    Only the chief of a worker cluster writes. Arguments follow `BleuCallback`'s, so the
+    two sit side by side in a run (see `for_run`).
+
     Args:
-        log_dir: str. TensorBoard directory, e.g. `RUN_DIR/logs` (what `training.train`
-            gives Keras's `TensorBoard` callback).
-        tokenizer: a `tokenizer.Tokenizer`, or the directory of a saved one. A directory
-            is read when training begins, so the callback can be made before `train`
-            has written the run's tokenizer.
         sources: sequence of str. Source sentences to translate, a handful (they are
             decoded together, in one batch, every time).
         references: sequence of str. Their reference translations.
+        tokenizer: a `tokenizer.Tokenizer`, or the directory of a saved one. A directory
+            is read when training begins, so the callback can be made before
+            `training.train` has written the run's tokenizer.
+        log_dir: str. Directory of the summaries (a TensorBoard run), e.g.
+            `RUN_DIR/logs/validation`, next to Keras's validation scalars.
         attention_index: int or `None`. Which sentence's attention is drawn; `None` for
             no images.
         every_epochs: int. Write every this many epochs (and after the last one).
         max_length: int or `None`. Most output tokens per sentence; defaults to the
             paper's source length + 50 (see `decoding.greedy_decode`).
-        run_name: str. Subdirectory of `log_dir` (the TensorBoard run) written to.
-            Defaults to `"validation"`, next to Keras's validation scalars.
+
+    Example:
+    >>> sources, references = bleu_callback.validation_slice(config.data, 3)
+    >>> training.train(config, run_dir, callbacks=[
+    ...     TranslationMonitor.for_run(run_dir, sources, references)])
     """
 
-    def __init__(self, log_dir, tokenizer, sources, references, attention_index=0,
-                 every_epochs=1, max_length=None, run_name="validation"):
+    def __init__(self, sources, references, tokenizer, *, log_dir, attention_index=0,
+                 every_epochs=1, max_length=None):
         super().__init__()
         if len(sources) != len(references) or not sources:
             raise ValueError(f"Give as many references as sources (at least one); got "
@@ -55,16 +61,25 @@ class TranslationMonitor(keras.callbacks.Callback):
                              f"{len(sources)} sources.")
         if every_epochs < 1:
             raise ValueError(f"every_epochs must be at least 1, got {every_epochs}.")
-        self.log_dir = os.fspath(log_dir)
-        self.tokenizer = tokenizer
         self.sources = list(sources)
         self.references = list(references)
+        self.tokenizer = tokenizer
+        self.log_dir = os.fspath(log_dir)
         self.attention_index = attention_index
         self.every_epochs = every_epochs
         self.max_length = max_length
-        self.run_name = run_name
         self._writer = None
         self._translate = None
+
+    @classmethod
+    def for_run(cls, run_dir, sources, references, **kwargs):
+        """Returns a monitor of a run directory (layout in `keras_transformer.runs`).
+
+        It reads the run's `tokenizer/` and writes to `run_dir/logs/validation`; `kwargs`
+        are the other arguments of `TranslationMonitor`.
+        """
+        return cls(sources, references, os.path.join(run_dir, runs.TOKENIZER),
+                   log_dir=os.path.join(run_dir, runs.LOGS, "validation"), **kwargs)
 
     def on_train_begin(self, logs=None):
         if isinstance(self.tokenizer, (str, os.PathLike)):
@@ -77,8 +92,7 @@ class TranslationMonitor(keras.callbacks.Callback):
             decoding.greedy_decode, self.model, max_length=self.max_length,
             return_attention=self.attention_index is not None)
         if distribution.is_chief():
-            self._writer = tf.summary.create_file_writer(
-                os.path.join(self.log_dir, self.run_name))
+            self._writer = tf.summary.create_file_writer(self.log_dir)
 
     def on_epoch_end(self, epoch, logs=None):
         last_epoch = self.params.get("epochs") if self.params else None

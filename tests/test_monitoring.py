@@ -47,7 +47,8 @@ def run_dir(tmp_path_factory, tokenizer):
     model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
     training.compile_model(model, train_config)
     monitor = monitoring.TranslationMonitor(
-        run_dir / "logs", tokenizer, SOURCES, REFERENCES, attention_index=1, max_length=8)
+        SOURCES, REFERENCES, tokenizer, log_dir=run_dir / "logs" / "validation",
+        attention_index=1, max_length=8)
     graph_logger = keras.callbacks.TensorBoard(run_dir / "graph_logs", write_graph=True)
     callbacks = training.make_callbacks(train_config, str(run_dir), [monitor, graph_logger])
     model.fit(_dataset(tokenizer), epochs=EPOCHS, steps_per_epoch=STEPS_PER_EPOCH,
@@ -109,14 +110,22 @@ def test_keras_writes_no_graph_for_the_subclassed_model(run_dir):
 
 
 def test_every_epochs_skips_epochs_but_writes_the_last(tmp_path, tokenizer):
-    monitor = monitoring.TranslationMonitor(tmp_path, tokenizer, SOURCES, REFERENCES,
-                                            every_epochs=3)
+    monitor = monitoring.TranslationMonitor(SOURCES, REFERENCES, tokenizer,
+                                            log_dir=tmp_path, every_epochs=3)
     written = []
     monitor.write_summaries = written.append
     monitor.set_params({"epochs": 5})
     for epoch in range(5):
         monitor.on_epoch_end(epoch)
     assert written == [2, 4]
+
+
+def test_for_run_reads_the_run_tokenizer_and_writes_next_to_the_validation_scalars():
+    monitor = monitoring.TranslationMonitor.for_run("runs/a", SOURCES, REFERENCES,
+                                                    every_epochs=2)
+    assert monitor.tokenizer == os.path.join("runs/a", "tokenizer")
+    assert monitor.log_dir == os.path.join("runs/a", "logs", "validation")
+    assert monitor.every_epochs == 2
 
 
 def test_sources_are_encoded_as_the_data_pipeline_does(tokenizer):
@@ -142,4 +151,4 @@ def test_sentences_longer_than_the_model_are_refused(tokenizer):
 ])
 def test_invalid_arguments_are_rejected(tmp_path, tokenizer, arguments, message):
     with pytest.raises(ValueError, match=message):
-        monitoring.TranslationMonitor(tmp_path, tokenizer, **arguments)
+        monitoring.TranslationMonitor(tokenizer=tokenizer, log_dir=tmp_path, **arguments)
