@@ -4,12 +4,20 @@ Each notebook has one cell tagged `parameters`; like papermill, the tests insert
 after it that sets small values (the fixture corpus, a few training steps, a temporary
 working directory), then run every cell in a fresh kernel. A cell that raises fails the
 test with the cell's traceback.
+
+The quickstart trains, exports (SavedModel and TFLite) and scores: about two minutes of
+CPU even on the tiny preset, so its run is marked slow. Every notebook's uses of the
+package are also checked statically, in seconds, so that a renamed function fails the
+fast suite too.
 """
 
+import ast
+import importlib
 import pathlib
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
@@ -49,6 +57,56 @@ def image_count(notebook):
                for cell in notebook.cells for output in cell.get("outputs", []))
 
 
+def package_references(notebook):
+    """Returns `{(imported name, attribute)}` for `alias.attribute` on package imports.
+
+    Imports are the notebook's `from keras_transformer[...] import name [as alias]`;
+    the imported name is the dotted path of what was imported.
+    """
+    code = "\n".join(TransformerManager().transform_cell(cell.source)
+                     for cell in notebook.cells if cell.cell_type == "code")
+    tree = ast.parse(code)
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "keras_transformer"):
+            for name in node.names:
+                aliases[name.asname or name.name] = f"{node.module}.{name.name}"
+    references = {(imported, None) for imported in aliases.values()}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases):
+            references.add((aliases[node.value.id], node.attr))
+    return references
+
+
+def resolve(dotted):
+    """Imports `package.module` or `package.module.object` and returns it."""
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError:
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=lambda path: path.name)
+def test_everything_a_notebook_uses_from_the_package_exists(path):
+    references = package_references(nbformat.read(path, as_version=4))
+    assert references, f"{path.name} uses nothing from keras_transformer"
+    missing = sorted(f"{imported}.{attribute}" if attribute else imported
+                     for imported, attribute in references
+                     if not _exists(imported, attribute))
+    assert not missing, f"{path.name} uses names the package lacks: {missing}"
+
+
+def _exists(imported, attribute):
+    try:
+        target = resolve(imported)
+    except (ImportError, AttributeError):
+        return False
+    return attribute is None or hasattr(target, attribute)
+
+
 @pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=lambda path: path.name)
 def test_notebooks_are_committed_without_outputs(path):
     notebook = nbformat.read(path, as_version=4)
@@ -72,3 +130,20 @@ def test_walkthrough_runs_and_reproduces_the_hand_computed_attention(
     # Figures: encoding, similarity, masks, one head, schedule, smoothing (2), and the
     # trained tiny model's cross-attention (2 layers) and self-attention.
     assert image_count(notebook) == 10
+
+
+@pytest.mark.slow
+def test_quickstart_trains_exports_translates_and_scores(tmp_path, fixture_corpus_dir):
+    run_dir = tmp_path / "run"
+    notebook = execute("quickstart.ipynb", {
+        "DATA_DIR": str(fixture_corpus_dir), "PRESET": "tiny", "EPOCHS": 1,
+        "TRAIN_STEPS": 3, "RUN_DIR": str(run_dir), "BLEU_SENTENCES": 4,
+        "TEST_SENTENCES": 8, "SHOW_TENSORBOARD": False,
+    }, tmp_path)
+    printed = text_output(notebook)
+    assert (run_dir / "export" / "saved_model" / "saved_model.pb").exists()
+    assert (run_dir / "export" / "translator.tflite").exists()
+    assert printed.count("  TFLite: ") == 3  # three sentences, each through every path
+    assert "8 test sentences" in printed
+    assert "BLEU|nrefs:1|case:mixed" in printed and "chrF2|" in printed
+    assert list((run_dir / "logs" / "validation").glob("events.out.tfevents.*"))
