@@ -10,20 +10,28 @@ Command line:
 
     python -m keras_transformer.evaluation --artifact RUN_DIR/export/saved_model \\
         --source test_2016_flickr.en.gz --reference test_2016_flickr.de.gz \\
-        [--beam] [--batch-size 64] [--output hypotheses.de] [--json scores.json]
+        [--beam] [--session] [--batch-size 64] [--output hypotheses.de] \\
+        [--json scores.json] [--quiet]
 
-`--artifact` also takes a `.tflite` file, or a run directory (its exported SavedModel is
-used). Final scores of the recommended recipe use checkpoint averaging and `--beam`.
+`--artifact` also takes a `.tflite` file (greedy only), or a run directory, which stands
+for its `export/saved_model`: a run not exported yet is exported first (as `python -m
+export RUN_DIR` does; `--no-export` fails instead). `--session` loads the SavedModel with
+the session-based loader that TF Serving uses. Sentences are translated as `python -m
+keras_transformer.translate` translates them (`--output` keeps them). The paper's final
+scores use the average of the last checkpoints (`python -m keras_transformer.averaging
+RUN_DIR`, then export) and `--beam` (beam 4, length penalty α = 0.6, §6.1).
 """
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import sys
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from keras_transformer import exported
+from keras_transformer import exported, runtimes, translate
 from keras_transformer.corpus import read_lines
 
 # Each metric is a fresh object per call: sacreBLEU objects cache reference statistics.
@@ -77,36 +85,33 @@ def score(hypotheses, references, *, hypotheses_name="hypotheses",
     return scores
 
 
-def translate_lines(translate, lines, batch_size=64, verbose=True):
-    """Returns the translations of `lines`, translating `batch_size` lines at a time.
+def translate_file_lines(runner, lines, batch_size=64, verbose=True):
+    """Returns the translations of `lines` (list of str), in their order.
 
     Args:
-        translate: callable, list of str -> list of str (see `exported.load_translator`).
+        runner: callable, list of str -> outputs dict (see `runtimes.open_runner`).
         lines: list of str.
-        batch_size: int. Lines per call.
-        verbose: bool. Show a progress bar counting batches.
+        batch_size: int. Sentences per call of the translator.
+        verbose: bool. Show a progress bar counting batches (on stderr: stdout carries
+            the scores).
     """
-    import keras
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
-    starts = range(0, len(lines), batch_size)
-    progress = keras.utils.Progbar(len(starts), unit_name="batch") if verbose else None
-    translations = []
-    for done, start in enumerate(starts, 1):
-        batch = lines[start:start + batch_size]
-        outputs = list(translate(batch))
-        if len(outputs) != len(batch):
-            raise ValueError(f"The translator returned {len(outputs)} translations for "
-                             f"{len(batch)} sentences.")
-        translations.extend(outputs)
-        if progress is not None:
-            progress.update(done)
-    return translations
+    progress = None
+    if verbose and lines:
+        import keras
+
+        bar = keras.utils.Progbar(math.ceil(len(lines) / batch_size), unit_name="batch")
+
+        def progress(done):
+            with contextlib.redirect_stdout(sys.stderr):
+                bar.update(math.ceil(done / batch_size))
+
+    return translate.translate_sentences(runner, lines, batch_size, progress)
 
 
-def evaluate(artifact, source, reference, *, batch_size=64, beam=False, output=None,
-             json_path=None, verbose=True):
+def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=False,
+             output=None, json_path=None, export_if_missing=True, verbose=True):
     """Translates the `source` file with `artifact` and scores it against `reference`.
 
     Args:
@@ -114,27 +119,35 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, output=N
         source: str. Source sentences, one per line (plain text or `.gz`).
         reference: str. Reference translations, line-aligned with `source`.
         batch_size: int. Sentences per call of the translator.
-        beam: bool. Use the artifact's beam-search signature instead of greedy decoding.
+        beam: bool. Use the SavedModel's beam-search signature instead of greedy decoding.
+        session: bool. Load the SavedModel with the session-based loader that TF
+            Serving uses, instead of `tf.saved_model.load`.
         output: optional str. Where to write the translations, one per line.
         json_path: optional str. Where to write the scores (and what was scored) as JSON.
+        export_if_missing: bool. Export a run directory that has no export yet.
         verbose: bool. Show a progress bar.
 
     Returns:
-        The dict of `score`, plus `"artifact"`, `"source"`, `"reference"`, `"beam"` and
-        `"sentences"`.
+        The dict of `score`, plus what was scored: `"artifact"` (the path used),
+        `"source"`, `"reference"`, `"beam"`, `"session"` and `"sentences"`.
     """
     source_lines, reference_lines = read_lines(source), read_lines(reference)
     # Checked before translating, which can take minutes.
     check_line_counts(source_lines, reference_lines, source, reference)
-    artifact_path = exported.resolve_artifact(artifact)
-    translate = exported.load_translator(artifact_path, beam=beam)
-    hypotheses = translate_lines(translate, source_lines, batch_size, verbose)
+    artifact_path = exported.resolve_artifact(artifact, export_if_missing=export_if_missing,
+                                              verbose=verbose)
+    try:
+        runner = runtimes.open_runner(artifact_path, beam=beam, session=session)
+    except KeyError as error:
+        raise ValueError(f"{artifact_path} has no signature {error}: export it again with "
+                         "the current code (python -m export RUN_DIR).") from None
+    hypotheses = translate_file_lines(runner, source_lines, batch_size, verbose)
     if output:
         write_lines(output, hypotheses)
     scores = score(hypotheses, reference_lines, hypotheses_name=output or "the translations",
                    references_name=reference)
     scores.update(artifact=os.fspath(artifact_path), source=os.fspath(source),
-                  reference=os.fspath(reference), beam=beam,
+                  reference=os.fspath(reference), beam=beam, session=session,
                   sentences=len(hypotheses))
     if json_path:
         with open(json_path, "w", encoding="utf-8") as file:
@@ -162,7 +175,12 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences per translator call (default: 64)")
     parser.add_argument("--beam", action="store_true",
-                        help="use the beam-search signature instead of greedy decoding")
+                        help="beam search (the SavedModel's beam_search signature: beam 4, "
+                             "alpha 0.6 unless exported otherwise) instead of greedy")
+    parser.add_argument("--session", action="store_true",
+                        help="load the SavedModel as TF Serving does (session-based loader)")
+    parser.add_argument("--no-export", action="store_true",
+                        help="fail instead of exporting a run directory that has no export")
     parser.add_argument("--output", help="write the translations here, one per line")
     parser.add_argument("--json", dest="json_path", help="write the scores here as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -174,8 +192,10 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         scores = evaluate(args.artifact, args.source, args.reference,
-                          batch_size=args.batch_size, beam=args.beam, output=args.output,
-                          json_path=args.json_path, verbose=not args.quiet)
+                          batch_size=args.batch_size, beam=args.beam,
+                          session=args.session, output=args.output,
+                          json_path=args.json_path, export_if_missing=not args.no_export,
+                          verbose=not args.quiet)
     except (ValueError, OSError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

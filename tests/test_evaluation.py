@@ -3,13 +3,12 @@
 import gzip
 import json
 
-import keras
 import pytest
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import Transformer, evaluation, exported, serving
-from keras_transformer.tokenizer import train_tokenizer
+from keras_transformer import evaluation, exported, exporting, runtimes, serving
+from tests.export_helpers import CORPUS, tiny_export, validation_sentences
 
 SOURCE = ["a man rides a horse .", "two dogs play in the snow .",
           "a girl is reading a book .", "the boy jumps into the water ."]
@@ -35,10 +34,6 @@ class _StandInTranslator(tf.Module):
     def beam(self, sentences):
         return _outputs(tf.strings.upper(sentences))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def identity(self, sentences):
-        return _outputs(tf.identity(sentences))
-
 
 @pytest.fixture(scope="module")
 def stand_in():
@@ -49,18 +44,14 @@ def stand_in():
 def saved_model(tmp_path_factory, stand_in):
     path = str(tmp_path_factory.mktemp("artifact") / "saved_model")
     tf.saved_model.save(stand_in, path, signatures={
-        exported.GREEDY_SIGNATURE: stand_in.greedy, exported.BEAM_SIGNATURE: stand_in.beam})
+        serving.GREEDY_SIGNATURE: stand_in.greedy, serving.BEAM_SIGNATURE: stand_in.beam})
     return path
 
 
 @pytest.fixture(scope="module")
-def tflite_file(tmp_path_factory, stand_in):
-    # String ops other than identity would need Flex kernels, which LiteRT lacks.
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [stand_in.identity.get_concrete_function()], stand_in)
-    path = tmp_path_factory.mktemp("tflite") / "translator.tflite"
-    path.write_bytes(converter.convert())
-    return str(path)
+def tiny(tmp_path_factory):
+    """The tiny exported translator of the export tests (built once per session)."""
+    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
 
 
 @pytest.fixture()
@@ -72,17 +63,17 @@ def files(tmp_path):
     return str(source), str(reference)
 
 
-def _direct_outputs(saved_model, *signatures):
-    """Translations of SOURCE by each signature, called without `exported`'s help."""
+def _direct_outputs(saved_model, *signatures, sources=SOURCE):
+    """Translations of `sources` by each signature, calling the SavedModel directly."""
     loaded = tf.saved_model.load(saved_model)
     outputs = [[value.decode("utf-8") for value in loaded.signatures[signature](
-        sentences=tf.constant(SOURCE))["translations"].numpy()] for signature in signatures]
+        sentences=tf.constant(sources))["translations"].numpy()] for signature in signatures]
     return outputs[0] if len(signatures) == 1 else outputs
 
 
-def _assert_sacrebleu_scores(scores, hypotheses):
-    bleu = sacrebleu.corpus_bleu(hypotheses, [REFERENCE])
-    chrf = sacrebleu.corpus_chrf(hypotheses, [REFERENCE])
+def _assert_sacrebleu_scores(scores, hypotheses, references=REFERENCE):
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+    chrf = sacrebleu.corpus_chrf(hypotheses, [references])
     assert scores["bleu"]["score"] == pytest.approx(bleu.score, abs=1e-9)
     assert scores["chrf"]["score"] == pytest.approx(chrf.score, abs=1e-9)
     assert "tok:13a" in scores["bleu"]["signature"]
@@ -95,7 +86,7 @@ def test_saved_model_score_equals_sacrebleu_on_its_outputs(saved_model, files, t
     output = tmp_path / "hypotheses.de"
     scores = evaluation.evaluate(saved_model, *files, batch_size=3, output=str(output),
                                  verbose=False)
-    hypotheses = _direct_outputs(saved_model, exported.GREEDY_SIGNATURE)
+    hypotheses = _direct_outputs(saved_model, serving.GREEDY_SIGNATURE)
     assert output.read_text(encoding="utf-8").splitlines() == hypotheses
     _assert_sacrebleu_scores(scores, hypotheses)
     assert 0 < scores["bleu"]["score"] < 100
@@ -104,13 +95,8 @@ def test_saved_model_score_equals_sacrebleu_on_its_outputs(saved_model, files, t
 
 def test_beam_uses_the_beam_signature(saved_model, files):
     scores = evaluation.evaluate(saved_model, *files, beam=True, verbose=False)
-    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, exported.BEAM_SIGNATURE))
+    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, serving.BEAM_SIGNATURE))
     assert scores["beam"] is True
-
-
-def test_tflite_score_equals_sacrebleu_on_its_outputs(tflite_file, files):
-    scores = evaluation.evaluate(tflite_file, *files, batch_size=2, verbose=False)
-    _assert_sacrebleu_scores(scores, SOURCE)
 
 
 def test_mismatched_source_and_reference_name_both_files_and_counts(saved_model, files,
@@ -127,13 +113,6 @@ def test_mismatched_hypotheses_and_references_are_an_error():
                          references_name="refs.de")
 
 
-def test_batches_keep_the_order_of_lines():
-    lines = [str(number) for number in range(10)]
-    translations = evaluation.translate_lines(
-        lambda batch: [f"<{line}>" for line in batch], lines, batch_size=4, verbose=False)
-    assert translations == [f"<{line}>" for line in lines]
-
-
 def test_command_line_prints_signatures_and_writes_json(saved_model, files, tmp_path,
                                                         capsys):
     json_path = tmp_path / "scores.json"
@@ -144,7 +123,7 @@ def test_command_line_prints_signatures_and_writes_json(saved_model, files, tmp_
     printed = capsys.readouterr().out
     for metric in ("bleu", "chrf"):
         assert f"{written[metric]['signature']} = " in printed
-    _assert_sacrebleu_scores(written, _direct_outputs(saved_model, exported.GREEDY_SIGNATURE))
+    _assert_sacrebleu_scores(written, _direct_outputs(saved_model, serving.GREEDY_SIGNATURE))
 
 
 def test_command_line_reports_mismatched_files(saved_model, files, tmp_path, capsys):
@@ -156,36 +135,58 @@ def test_command_line_reports_mismatched_files(saved_model, files, tmp_path, cap
     assert f"{short} has 1" in capsys.readouterr().err
 
 
-def test_run_directory_uses_its_exported_saved_model(tmp_path, stand_in):
+def test_session_loader_scores_the_same(saved_model, files):
+    scores = evaluation.evaluate(saved_model, *files, session=True, verbose=False)
+    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, serving.GREEDY_SIGNATURE))
+
+
+def test_missing_beam_signature_is_a_clear_error(tmp_path, stand_in, files):
+    path = str(tmp_path / "greedy_only")
+    tf.saved_model.save(stand_in, path, signatures={serving.GREEDY_SIGNATURE: stand_in.greedy})
+    with pytest.raises(ValueError, match="has no signature 'beam_search'.*python -m export"):
+        evaluation.evaluate(path, *files, beam=True, verbose=False)
+
+
+def test_run_directory_stands_for_its_export_and_is_exported_when_missing(
+        tmp_path, stand_in, files, monkeypatch):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}", encoding="utf-8")
-    with pytest.raises(FileNotFoundError, match="python -m export"):
+    with pytest.raises(FileNotFoundError, match=f"python -m export {run_dir}"):
         exported.resolve_artifact(str(run_dir))
-    saved_model = str(run_dir / "export" / "saved_model")
-    tf.saved_model.save(stand_in, saved_model, signatures={
-        exported.GREEDY_SIGNATURE: stand_in.greedy})
-    assert exported.resolve_artifact(str(run_dir)) == saved_model
+    exports = []
+
+    def export_run(path):
+        exports.append(path)
+        tf.saved_model.save(stand_in, exported.run_saved_model(path), signatures={
+            serving.GREEDY_SIGNATURE: stand_in.greedy})
+
+    monkeypatch.setattr(exporting, "export_run", export_run)
+    scores = evaluation.evaluate(str(run_dir), *files, verbose=False)
+    assert exports == [str(run_dir)]
+    assert scores["artifact"] == str(run_dir / "export" / "saved_model")
+    _assert_sacrebleu_scores(scores, _direct_outputs(scores["artifact"],
+                                                     serving.GREEDY_SIGNATURE))
+    evaluation.evaluate(str(run_dir), *files, verbose=False)
+    assert len(exports) == 1
 
 
-def test_real_exported_translator_is_scored_on_what_it_serves(tmp_path, files):
-    tokenizer = train_tokenizer(SOURCE + REFERENCE, 60, verbose=False)
-    keras.utils.set_random_seed(0)
-    model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
-                                    num_layers=1)
-    translator = serving.Translator(model, tokenizer, max_output_length=8)
-    saved_model = str(tmp_path / "saved_model")
-    serving.save_saved_model(translator, saved_model)
-    expected = _direct_outputs(saved_model, serving.GREEDY_SIGNATURE,
-                               serving.BEAM_SIGNATURE)
-    for beam, hypotheses in zip((False, True), expected):
-        scores = evaluation.evaluate(saved_model, *files, batch_size=3, beam=beam,
-                                     verbose=False)
-        _assert_sacrebleu_scores(scores, hypotheses)
-
-
-def test_missing_signature_lists_the_available_ones(tmp_path, stand_in):
-    path = str(tmp_path / "greedy_only")
-    tf.saved_model.save(stand_in, path, signatures={"serving_default": stand_in.greedy})
-    with pytest.raises(ValueError, match=r"no signature 'beam_search'.*serving_default"):
-        exported.load_translator(path, beam=True)
+def test_real_export_is_scored_on_what_it_serves(tiny, tmp_path):
+    sources = list(validation_sentences()[:6])
+    greedy = _direct_outputs(tiny.saved_model, serving.GREEDY_SIGNATURE, sources=sources)
+    # Half the references are the greedy output itself, so chrF is well above 0 (BLEU
+    # stays 0: an untrained model's outputs are one long "word", with no 4-grams).
+    german = evaluation.read_lines(CORPUS / "val.de.gz")[:6]
+    references = [greedy[i] if i % 2 else line for i, line in enumerate(german)]
+    source_file, reference_file = tmp_path / "val.en", tmp_path / "val.de"
+    source_file.write_text("".join(f"{line}\n" for line in sources), encoding="utf-8")
+    reference_file.write_text("".join(f"{line}\n" for line in references), encoding="utf-8")
+    scores = evaluation.evaluate(tiny.saved_model, str(source_file), str(reference_file),
+                                 batch_size=4, verbose=False)
+    _assert_sacrebleu_scores(scores, greedy, references)
+    assert scores["chrf"]["score"] > 10
+    # The TFLite translator is scored on its own outputs (the same, up to float error).
+    tflite = runtimes.translations(runtimes.TFLiteRunner(tiny.tflite)(sources))
+    scores = evaluation.evaluate(tiny.tflite, str(source_file), str(reference_file),
+                                 batch_size=4, verbose=False)
+    _assert_sacrebleu_scores(scores, tflite, references)
