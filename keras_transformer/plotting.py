@@ -157,7 +157,10 @@ def plot_masks(masks, titles, x_tick_labels=None, y_tick_labels=None):
         _heat_map(axes, mask, x_tick_labels, row_labels, vmin=0.0, vmax=1.0, cmap="gray")
         axes.set_title(title)
         axes.set_xlabel("key position")
-        axes.set_ylabel("query position")
+        if len(mask) == 1:  # a padding mask: the same row for every query
+            axes.set_yticks([])
+        else:
+            axes.set_ylabel("query position")
     return figure
 
 
