@@ -199,6 +199,9 @@ def main(argv=None):
     except (ValueError, OSError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    decoding = "beam search" if args.beam else "greedy"
+    print(f"{scores['artifact']} ({decoding}): {scores['sentences']} sentences of "
+          f"{args.source} scored against {args.reference}")
     print(format_scores(scores))
     return 0
 

@@ -121,6 +121,7 @@ def test_command_line_prints_signatures_and_writes_json(saved_model, files, tmp_
     assert status == 0
     written = json.loads(json_path.read_text(encoding="utf-8"))
     printed = capsys.readouterr().out
+    assert printed.startswith(f"{saved_model} (greedy): 4 sentences of {files[0]}")
     for metric in ("bleu", "chrf"):
         assert f"{written[metric]['signature']} = " in printed
     _assert_sacrebleu_scores(written, _direct_outputs(saved_model, serving.GREEDY_SIGNATURE))
