@@ -6,7 +6,7 @@
 Layout written under the export directory (names are the constants below):
 
     saved_model/                         signatures serving_default (greedy), beam_search
-    translator.tflite                    greedy translator, builtins + tf-text custom ops
+    translator.tflite                    same signatures, builtins + tf-text custom ops
     translator_dynamic_range.tflite      the same with int8 weights (optional)
     export_report.json, export_report.md versions, config, sizes, op lists
 

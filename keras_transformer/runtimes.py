@@ -119,14 +119,11 @@ def open_runner(path, beam=False, session=False):
 
     Args:
         path: str. A SavedModel directory or a `.tflite` file.
-        beam: bool. Use the beam-search signature (SavedModel only).
+        beam: bool. Use the beam-search signature.
         session: bool. Load the SavedModel with the session-based loader.
     """
     signature = BEAM_SIGNATURE if beam else GREEDY_SIGNATURE
     if os.fspath(path).endswith(".tflite"):
-        if beam:
-            raise ValueError(f"{path}: the TFLite translator decodes greedily only; use "
-                             "the SavedModel for beam search.")
         return TFLiteRunner(path, signature)
     return (SessionRunner if session else SavedModelRunner)(path, signature)
 

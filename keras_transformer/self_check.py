@@ -129,6 +129,11 @@ def model_checks(translator, sentences, reference, *, export_dir, alone=16):
                                            runtimes.BEAM_SIGNATURE)
     checks.append(compare("beam search: in-memory = SavedModel", beam,
                           token_sequences(saved_beam(sentences[:alone])["token_ids"])))
+    tflite_path = os.path.join(export_dir, exporting.TFLITE)
+    if os.path.exists(tflite_path):
+        tflite_beam = runtimes.TFLiteRunner(tflite_path, runtimes.BEAM_SIGNATURE)
+        checks.append(compare("beam search: TFLite = in-memory", beam,
+                              token_sequences(tflite_beam(sentences[:alone])["token_ids"])))
     return checks
 
 

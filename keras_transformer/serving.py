@@ -10,7 +10,7 @@ Public API:
       `translate_beam(sentences)`, `source_ids(sentences)`, `signatures()`.
     - `save_saved_model(translator, directory)`: a SavedModel with `serving_default`
       (greedy) and `beam_search` signatures.
-    - `convert_to_tflite(translator, quantize=False)`: the greedy translator as TFLite
+    - `convert_to_tflite(translator, quantize=False)`: the same two signatures as TFLite
       bytes: TFLite builtins plus tf-text's custom ops, no Flex ops.
 
 Every signature maps `sentences: string[B]` to `translations: string[B]`, `token_ids:
@@ -159,9 +159,10 @@ def save_saved_model(translator, directory):
 
 
 def convert_to_tflite(translator, quantize=False):
-    """Returns the greedy translator as a TFLite flatbuffer (bytes).
+    """Returns the translator as a TFLite flatbuffer (bytes) with both signatures.
 
-    Only TFLite builtin ops and tf-text's custom ops (register them with
+    `serving_default` (greedy) and `beam_search`, as in the SavedModel. Only TFLite
+    builtin ops and tf-text's custom ops (register them with
     `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`): the Flex delegate is not in the
     TensorFlow or LiteRT wheels, so the model must not need it. Sources are padded to
     the model's `max_length` (see `Translator`'s `fixed_source_width`).
@@ -173,10 +174,23 @@ def convert_to_tflite(translator, quantize=False):
             about 4x smaller weights, and outputs that may differ from the float model's.
     """
     translator = translator.with_fixed_source_width()
-    function = translator.translate.get_concrete_function()
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], translator)
+    functions = [_named_function(GREEDY_SIGNATURE, translator.translate),
+                 _named_function(BEAM_SIGNATURE, translator.translate_beam)]
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, translator)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True
     if quantize:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     return converter.convert()
+
+
+def _named_function(name, method):
+    """Returns `method` as a concrete function called `name`.
+
+    The converter names each TFLite signature after its function.
+    """
+    def call(sentences):
+        return method(sentences)
+
+    call.__name__ = name
+    return tf.function(call, input_signature=[_SENTENCES_SPEC]).get_concrete_function()

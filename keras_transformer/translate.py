@@ -76,7 +76,7 @@ def main(argv=None):
     parser.add_argument("-o", "--output", help="output file (default: standard output)")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per call")
     parser.add_argument("--beam", action="store_true",
-                        help="beam search (SavedModel) instead of greedy decoding")
+                        help="beam search instead of greedy decoding")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (shown by default when reading a file)")
     args = parser.parse_args(argv)

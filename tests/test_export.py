@@ -35,6 +35,12 @@ def test_tflite_answers_one_string_per_input(tflite_runner, case):
     assert outputs["token_ids"].shape[0] == len(sentences)
 
 
+def test_tflite_beam_signature_answers_every_bad_input(exported):
+    beam = runtimes.TFLiteRunner(exported.tflite, runtimes.BEAM_SIGNATURE)
+    for sentences in BAD_INPUTS.values():
+        assert beam(sentences)["translations"].shape == (len(sentences),)
+
+
 def test_tflite_has_only_builtins_and_tf_text_custom_ops(exported):
     with open(exported.tflite, "rb") as file:
         ops = export_checks.tflite_ops(file.read())
@@ -59,7 +65,8 @@ def test_self_check_passes_on_the_tiny_export(exported):
     assert all(check.passed is not False for check in checks), table
     names = {check.name for check in checks}
     assert {"TFLite = SavedModel", "SavedModel session loader = tf.saved_model.load",
-            "cached greedy = uncached greedy", "in-memory model = SavedModel"} <= names
+            "cached greedy = uncached greedy", "in-memory model = SavedModel",
+            "beam search: TFLite = in-memory"} <= names
     assert [check.passed for check in checks if "quantized" in check.name] == [None]
 
 
