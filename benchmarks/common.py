@@ -1,0 +1,220 @@
+"""What the benchmark scripts share: machine facts, memory, synthetic text, tables, JSON.
+
+Every script measures the things it compares inside one run (ratios cancel most of
+the machine's noise) and records, next to the numbers, the hardware, the load average
+and the command, so that a row of BENCHMARKS.md can be traced back to how it was made.
+"""
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+
+# Subword lengths of Multi30K en-de with an 8k shared vocabulary are close to a gamma
+# distribution with mean ≈ 15 (source) and ≈ 17 (target) pieces; synthetic sentences
+# follow it so that padding and bucketing behave as on the real corpus.
+SOURCE_MEAN_LENGTH = 15.0
+TARGET_MEAN_LENGTH = 17.0
+LENGTH_SHAPE = 6.0
+FIRST_ORDINARY_ID = 4  # ids 0-3 are PAD, UNK, START, END
+
+
+def machine():
+    """Returns the CPU model, core count, accelerators and software versions."""
+    cpu = "unknown"
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8") as file:
+            for line in file:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    import keras
+    import tensorflow as tf
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "gpus": [device.name for device in tf.config.list_physical_devices("GPU")],
+            "python": platform.python_version(), "tensorflow": tf.__version__,
+            "keras": keras.__version__}
+
+
+def load_average():
+    """Returns the 1-, 5- and 15-minute load averages (what else the machine is doing)."""
+    return list(os.getloadavg())
+
+
+def memory_mb():
+    """Returns `{"rss_mb", "peak_rss_mb"}` of this process from /proc/self/status.
+
+    VmHWM is the resident-set high-water mark: unlike tracemalloc it sees TensorFlow's
+    C++ allocations too. Run each measured model in its own process to separate peaks.
+    """
+    values = {}
+    with open("/proc/self/status", encoding="utf-8") as file:
+        for line in file:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0]) / 1024  # kB → MB
+    return {"rss_mb": values.get("VmRSS"), "peak_rss_mb": values.get("VmHWM")}
+
+
+def header(arguments):
+    """Returns the metadata every result file starts with."""
+    return {"command": " ".join([os.path.basename(sys.executable), "-m",
+                                 _module_name()] + sys.argv[1:]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(), "load_average_start": load_average(),
+            "arguments": vars(arguments)}
+
+
+def _module_name():
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    return spec.name if spec is not None else os.path.basename(sys.argv[0])
+
+
+def write_json(path, result):
+    """Writes `result` as indented JSON (`path=None` writes nothing)."""
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as file:
+        json.dump(result, file, indent=2, sort_keys=True)
+        file.write("\n")
+
+
+def print_table(rows, columns):
+    """Prints `rows` (dicts) as an aligned text table of `columns` (key, title) pairs."""
+    cells = [[title for _, title in columns]]
+    for row in rows:
+        cells.append([_format(row.get(key)) for key, _ in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for number, line in enumerate(cells):
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
+        if number == 0:
+            print("  ".join("-" * width for width in widths))
+    sys.stdout.flush()
+
+
+def _format(value):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def run_json_subprocess(module, arguments, json_path, timeout=None):
+    """Runs `python -m module *arguments --json json_path` and returns its JSON.
+
+    Each model measured in its own process has its own memory high-water mark and its
+    own TensorFlow runtime, so neither inherits the other's caches or allocations.
+    """
+    command = [sys.executable, "-m", module, *arguments, "--json", json_path]
+    completed = subprocess.run(command, timeout=timeout)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited with {completed.returncode}.")
+    with open(json_path, encoding="utf-8") as file:
+        return json.load(file)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticText:
+    """Parallel "sentences" of space-separated token ids, shaped like `ParallelText`.
+
+    `data.make_dataset` reads `source_lines`/`target_lines` and, on error, the file
+    names; with `IdTokenizer` it yields exactly the batches it yields for real text.
+    """
+
+    source_lines: tuple
+    target_lines: tuple
+    source_file: str = "<synthetic source>"
+    target_file: str = "<synthetic target>"
+
+    def __len__(self):
+        return len(self.source_lines)
+
+
+def synthetic_text(num_pairs, vocabulary_size, max_length, seed=0):
+    """Returns `SyntheticText` with gamma-distributed lengths and uniform ids."""
+    generator = np.random.default_rng(seed)
+    longest = max_length - 2  # room for START and END
+
+    def lines(mean):
+        lengths = generator.gamma(LENGTH_SHAPE, mean / LENGTH_SHAPE, num_pairs)
+        lengths = np.clip(np.rint(lengths), 1, longest).astype(int)
+        return tuple(" ".join(map(str, generator.integers(
+            FIRST_ORDINARY_ID, vocabulary_size, length))) for length in lengths)
+
+    return SyntheticText(lines(SOURCE_MEAN_LENGTH), lines(TARGET_MEAN_LENGTH))
+
+
+class IdTokenizer:
+    """Tokenizes space-separated ids ("5 17 33") into a ragged int32 tensor."""
+
+    def tokenize(self, strings):
+        import tensorflow as tf
+        return tf.strings.to_number(tf.strings.split(strings), tf.int32)
+
+
+def pseudo_sentences(count, mean_words=SOURCE_MEAN_LENGTH, seed=0, vocabulary=200):
+    """Returns `count` sentences of made-up lowercase words (gamma-distributed lengths).
+
+    Source text for decoding benchmarks that need real strings (the exported
+    translators tokenize them): its length, not its meaning, is what matters.
+    """
+    words = _pseudo_words(vocabulary)
+    generator = np.random.default_rng(seed)
+    lengths = np.clip(np.rint(generator.gamma(LENGTH_SHAPE, mean_words / LENGTH_SHAPE,
+                                              count)), 1, None).astype(int)
+    return [" ".join(generator.choice(words, size=length)) + "." for length in lengths]
+
+
+def _pseudo_words(count):
+    # One fixed word list whatever the seed, so that every sentence has the same words.
+    generator = np.random.default_rng(12345)
+    letters = np.array(list("abcdefghiklmnoprstuvw"))
+    return ["".join(generator.choice(letters, size=generator.integers(3, 8)))
+            for _ in range(count)]
+
+
+def small_tokenizer(seed=0):
+    """Returns a `Tokenizer` trained on `pseudo_sentences`: about one piece per word."""
+    from keras_transformer import tokenizer as tokenizer_lib
+    return tokenizer_lib.train_tokenizer(pseudo_sentences(3000, seed=seed), 512,
+                                         verbose=False)
+
+
+def add_model_arguments(parser):
+    """Adds the Transformer size options every script shares (defaults: CPU-friendly)."""
+    parser.add_argument("--vocabulary-size", type=int, default=8000)
+    parser.add_argument("--num-layers", type=int, default=3)
+    parser.add_argument("--hidden-dim", type=int, default=256)
+    parser.add_argument("--intermediate-dim", type=int, default=1024)
+    parser.add_argument("--num-heads", type=int, default=4)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--use-fused-attention", action="store_true",
+                        help="keras.ops.dot_product_attention (GPU kernels)")
+
+
+def training_flops_per_target_token(arguments, source_per_target=(
+        SOURCE_MEAN_LENGTH + 2) / (TARGET_MEAN_LENGTH + 1)):
+    """Matmul FLOPs of one training step per real target token (forward + backward).
+
+    Forward, per token: 2 FLOPs per multiply-add of every weight matrix it passes
+    through: encoder layers (4·D² attention + 2·D·F feed-forward) on each source token;
+    decoder layers (4·D² self-attention, 2·D² cross-attention queries/outputs,
+    2·D·F) on each target token plus the cross-attention keys/values (2·D²) on each
+    source token; the output projection (D·V) on each target token. Backward costs
+    twice the forward (×3 in all). Attention scores (4·L·D per token and layer) and
+    element-wise work are left out: at L ≈ 20 they are under 2 % of the total.
+    """
+    d, f = arguments.hidden_dim, arguments.intermediate_dim
+    n, v = arguments.num_layers, arguments.vocabulary_size
+    source = n * (4 * d * d + 2 * d * f + 2 * d * d)  # encoder + cross keys/values
+    target = n * (4 * d * d + 2 * d * d + 2 * d * f) + d * v
+    return 3 * 2 * (target + source_per_target * source)

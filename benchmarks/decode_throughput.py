@@ -1,0 +1,208 @@
+"""Decoding throughput: cached and uncached greedy, beam search, SavedModel and TFLite.
+
+Every decoder translates the same sentences with the same randomly initialised
+Transformer, and every output is exactly `--output-length` tokens long: the model is
+wrapped so that END never wins (its logit is replaced by -1e9), which is what makes the
+cached/uncached ratio a statement about length-50 outputs rather than about when a
+random model happens to stop. In-process decoders run inside one `tf.function`
+(`decoding.decode_function`); the SavedModel is loaded back with `tf.saved_model.load`
+and the `.tflite` file runs in LiteRT, both through their `serving_default` signature
+(tokenize → decode → detokenize). The first call of each is a warm-up (tracing).
+
+    python -m benchmarks.decode_throughput                        # all, batch 1 and 32
+    python -m benchmarks.decode_throughput --decoders cached uncached --batch-sizes 1
+"""
+
+import argparse
+import os
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from keras_transformer import decoding, serving  # noqa: E402
+from keras_transformer.model import Transformer  # noqa: E402
+from keras_transformer.tokenizer import END_ID  # noqa: E402
+
+DECODERS = ("cached", "uncached", "beam4", "saved_model", "tflite")
+
+
+def parse_arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--decoders", nargs="+", choices=DECODERS, default=list(DECODERS))
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32])
+    parser.add_argument("--output-length", type=int, default=50)
+    parser.add_argument("--calls", type=int, default=3,
+                        help="timed calls per decoder and batch size (after a warm-up)")
+    common.add_model_arguments(parser)
+    parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
+    return parser.parse_args(argv)
+
+
+class EndlessModel(tf.Module):
+    """A `Transformer` whose END logit never wins, so every output reaches its limit.
+
+    Offers what the decoders and `serving.Translator` use: `encode`, `init_cache`,
+    `decode_step`, `decode`, `max_length` and `variables`.
+    """
+
+    def __init__(self, model):
+        super().__init__(name="endless_model")
+        self.model = model
+        self.max_length = model.max_length
+
+    @property
+    def variables(self):
+        return self.model.variables
+
+    def encode(self, source_ids, training=None):
+        return self.model.encode(source_ids, training=training)
+
+    def init_cache(self, encoder_output, source_ids, max_length):
+        return self.model.init_cache(encoder_output, source_ids, max_length)
+
+    def decode_step(self, token_ids, cache, index):
+        logits, cache = self.model.decode_step(token_ids, cache, index)
+        return _without_end(logits), cache
+
+    def decode(self, target_ids, encoder_output, source_ids, training=None):
+        return _without_end(self.model.decode(target_ids, encoder_output, source_ids,
+                                              training=training))
+
+
+def _without_end(logits):
+    is_end = tf.range(tf.shape(logits)[-1]) == END_ID  # (V,)
+    return tf.where(is_end, tf.constant(-1e9, logits.dtype), logits)
+
+
+def make_decoders(names, model, translator, scratch):
+    """Returns `{name: function(sentences) -> int32 output ids (B, L)}`."""
+    options = dict(max_length=translator.max_output_length, extra_length=None)
+    in_graph = {
+        "cached": decoding.decode_function(decoding.greedy_decode, model, **options),
+        "uncached": decoding.decode_function(decoding.uncached_greedy_decode, model,
+                                             **options),
+        "beam4": decoding.decode_function(decoding.beam_search, model, beam_size=4,
+                                          length_penalty=0.6, **options)}
+    decoders = {}
+    for name in names:
+        if name in in_graph:
+            decode = in_graph[name]
+            decoders[name] = lambda sentences, decode=decode: decode(
+                translator.source_ids(tf.constant(sentences))).ids.numpy()
+        elif name == "saved_model":
+            decoders[name] = _saved_model_decoder(translator, scratch)
+        else:
+            decoders[name] = _tflite_decoder(translator, scratch)
+    return decoders
+
+
+def _saved_model_decoder(translator, scratch):
+    directory = os.path.join(scratch, "saved_model")
+    serving.save_saved_model(translator, directory)
+    function = tf.saved_model.load(directory).signatures[serving.GREEDY_SIGNATURE]
+    return lambda sentences: function(sentences=tf.constant(sentences))["token_ids"].numpy()
+
+
+def _tflite_decoder(translator, scratch):
+    import tensorflow_text
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+    path = os.path.join(scratch, "translator.tflite")
+    with open(path, "wb") as file:
+        file.write(serving.convert_to_tflite(translator))
+    interpreter = InterpreterWithCustomOps(
+        model_path=path,
+        custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
+    runner = interpreter.get_signature_runner(serving.GREEDY_SIGNATURE)
+    return lambda sentences: runner(sentences=np.array(
+        [sentence.encode() for sentence in sentences], dtype=object))["token_ids"]
+
+
+def measure(name, decode, sentences, calls):
+    """Times `calls` calls after one warm-up; returns sentences/s, tokens/s and the ids."""
+    started = time.perf_counter()
+    ids = decode(sentences)
+    warmup_seconds = time.perf_counter() - started
+    tokens = 0
+    started = time.perf_counter()
+    for _ in range(calls):
+        tokens += int(np.sum(decode(sentences) != 0))
+    seconds = (time.perf_counter() - started) / calls
+    tokens /= calls
+    return {"decoder": name, "batch": len(sentences), "seconds_per_call": seconds,
+            "sentences_per_second": len(sentences) / seconds,
+            "tokens_per_second": tokens / seconds,
+            "mean_output_length": tokens / len(sentences),
+            "warmup_seconds": warmup_seconds}, ids
+
+
+def build(arguments):
+    """Returns `(model, translator)`: a random-init model that never ends, and its translator."""
+    import keras
+    keras.utils.set_random_seed(0)
+    transformer = Transformer(
+        arguments.vocabulary_size, num_layers=arguments.num_layers,
+        hidden_dim=arguments.hidden_dim, intermediate_dim=arguments.intermediate_dim,
+        num_heads=arguments.num_heads, dropout=0.0, max_length=arguments.max_length,
+        use_fused_attention=arguments.use_fused_attention)
+    model = EndlessModel(transformer)
+    # Sources are made-up words; ids above the small tokenizer's vocabulary read as <unk>.
+    translator = serving.Translator(model, common.small_tokenizer(),
+                                    max_output_length=arguments.output_length,
+                                    extra_length=arguments.output_length)
+    return model, translator
+
+
+COLUMNS = [("decoder", "decoder"), ("batch", "batch"),
+           ("seconds_per_call", "s/call"), ("sentences_per_second", "sent/s"),
+           ("tokens_per_second", "tok/s"), ("mean_output_length", "out len"),
+           ("mean_source_length", "src len"), ("same_as_cached", "= cached"),
+           ("warmup_seconds", "warm-up s")]
+
+
+def main(argv=None):
+    arguments = parse_arguments(argv)
+    result = common.header(arguments)
+    model, translator = build(arguments)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        decoders = make_decoders(arguments.decoders, model, translator, scratch)
+        for batch in arguments.batch_sizes:
+            sentences = common.pseudo_sentences(batch, seed=batch)
+            source_length = float(np.mean(np.sum(
+                translator.source_ids(tf.constant(sentences)).numpy() != 0, axis=1)))
+            outputs = {}
+            for name, decode in decoders.items():
+                row, outputs[name] = measure(name, decode, sentences, arguments.calls)
+                rows.append({**row, "mean_source_length": source_length})
+            _compare_with_cached(rows[-len(decoders):], outputs)
+    common.print_table(rows, COLUMNS)
+    result.update(rows=rows, ratios=_ratios(rows), **common.memory_mb(),
+                  load_average_end=common.load_average())
+    for key, value in result["ratios"].items():
+        print(f"{key}: {value:.1f}x")
+    common.write_json(arguments.json, result)
+
+
+def _compare_with_cached(rows, outputs):
+    """Marks whether each greedy decoder's ids equal the cached decoder's."""
+    for row in rows:
+        if row["decoder"] != "beam4" and "cached" in outputs:
+            row["same_as_cached"] = bool(np.array_equal(outputs[row["decoder"]],
+                                                        outputs["cached"]))
+
+
+def _ratios(rows):
+    """Cached greedy over uncached greedy (tokens/s) at each batch size."""
+    speed = {(row["decoder"], row["batch"]): row["tokens_per_second"] for row in rows}
+    return {f"cached_over_uncached_batch_{batch}": speed[("cached", batch)] / value
+            for (name, batch), value in speed.items()
+            if name == "uncached" and ("cached", batch) in speed}
+
+
+if __name__ == "__main__":
+    main()

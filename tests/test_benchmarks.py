@@ -1,0 +1,88 @@
+"""Smoke tests of the benchmark scripts: each runs at a tiny size and writes valid JSON.
+
+They check that the scripts work and that what they write is consistent, not speed.
+"""
+
+import json
+
+import pytest
+
+from benchmarks import cold_start, decode_throughput, train_throughput
+
+TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
+              "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
+
+
+def _run(main, arguments, tmp_path):
+    path = tmp_path / "result.json"
+    main([*TINY_MODEL, *arguments, "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert result["machine"]["cores"] >= 1 and len(result["load_average_start"]) == 3
+    return result
+
+
+def test_keras_hub_baseline_has_our_size():
+    arguments = train_throughput.parse_arguments(TINY_MODEL)
+    ours = train_throughput.build_ours(arguments, 300)
+    keras_hub = train_throughput.build_keras_hub(arguments, 300)
+    # Equal, but for keras-hub's learned positions (max_length × hidden_dim).
+    assert keras_hub.count_params() - ours.count_params() == 32 * 16
+
+
+def test_train_throughput_times_one_model(tmp_path):
+    result = _run(train_throughput.main, [
+        "--model", "keras_hub", "--batch-tokens", "256", "--num-pairs", "200",
+        "--warmup-batches", "1", "--steps", "2"], tmp_path)
+    assert result["model"] == "keras_hub"
+    assert result["tokens_per_second"] > 0 and result["target_tokens"] > 0
+    assert result["peak_rss_mb"] >= result["rss_before_model_mb"] > 0
+
+
+@pytest.mark.slow
+def test_train_throughput_compares_both_models(tmp_path):
+    result = _run(train_throughput.main, [
+        "--batch-tokens", "256", "--num-pairs", "200", "--warmup-batches", "1",
+        "--steps", "2"], tmp_path)
+    rows = {row["model"]: row for row in result["rows"]}
+    assert set(rows) == {"ours", "keras_hub"}
+    # The same batches reach both models.
+    assert rows["ours"]["target_tokens"] == rows["keras_hub"]["target_tokens"]
+    assert result["ours_over_keras_hub"] == pytest.approx(
+        rows["ours"]["tokens_per_second"] / rows["keras_hub"]["tokens_per_second"])
+
+
+def _check_decoding(result, decoders, batch_sizes, output_length):
+    rows = result["rows"]
+    assert [(row["decoder"], row["batch"]) for row in rows] == [
+        (decoder, batch) for batch in batch_sizes for decoder in decoders]
+    for row in rows:
+        assert row["mean_output_length"] == output_length  # END never wins
+        assert row["tokens_per_second"] > 0
+        if row["decoder"] != "beam4":
+            assert row["same_as_cached"]
+    assert set(result["ratios"]) == {f"cached_over_uncached_batch_{batch}"
+                                     for batch in batch_sizes}
+
+
+def test_decode_throughput_forces_the_output_length(tmp_path):
+    decoders = ["cached", "uncached", "saved_model"]
+    result = _run(decode_throughput.main, [
+        "--decoders", *decoders, "--batch-sizes", "1", "3", "--output-length", "4",
+        "--calls", "1"], tmp_path)
+    _check_decoding(result, decoders, [1, 3], 4)
+
+
+@pytest.mark.slow
+def test_decode_throughput_runs_every_decoder(tmp_path):
+    result = _run(decode_throughput.main, [
+        "--batch-sizes", "2", "--output-length", "4", "--calls", "1"], tmp_path)
+    _check_decoding(result, list(decode_throughput.DECODERS), [2], 4)
+
+
+def test_cold_start_times_a_fresh_process(tmp_path):
+    result = _run(cold_start.main, ["--runs", "1", "--output-length", "4"], tmp_path)
+    (row,) = result["rows"]
+    assert 0 < row["import_s"] < row["start_to_first_translation_s"] <= row["process_total_s"]
+    assert result["median"]["start_to_first_translation_s"] == row[
+        "start_to_first_translation_s"]
+    assert result["saved_model_mb"] > 0
