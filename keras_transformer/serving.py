@@ -20,6 +20,8 @@ model's `max_length` are truncated (keeping room for START and END), and outputs
 at `min(source length + extra_length, max_length)` tokens, so every call ends.
 """
 
+import types
+
 import tensorflow as tf
 
 from keras_transformer import decoding
@@ -63,17 +65,24 @@ class Translator(tf.Module):
                  beam_size=4, length_penalty=0.6, fixed_source_width=False,
                  name="translator"):
         super().__init__(name=name)
-        self.model = model
-        self.tokenizer = tokenizer
-        # Keras 3 variables reached only through the Keras model are restored by
+        # The SavedModel keeps the model's underlying tf.Variables, not the Keras model:
+        # Keras 3 variables reached only through a Keras model are restored by
         # `tf.saved_model.load` but not by the session-based loader of TF Serving and
-        # `saved_model_cli`; tracking the underlying tf.Variables here fixes that.
+        # `saved_model_cli`, and tracking both would save every weight twice. A plain
+        # namespace is not tracked.
+        self._untracked = types.SimpleNamespace(model=model)
         self.model_variables = [variable.value for variable in model.variables]
+        self.tokenizer = tokenizer
         self.max_output_length = max_output_length
         self.extra_length = extra_length
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.fixed_source_width = fixed_source_width
+
+    @property
+    def model(self):
+        """The `Transformer` (not saved as an object; its variables are)."""
+        return self._untracked.model
 
     def source_ids(self, sentences):
         """Returns int32 `(B, S)` source ids: START, pieces, END, then padding.
