@@ -1,8 +1,10 @@
 """Two small training callbacks Keras lacks: throughput logging and rolling checkpoints."""
 
+import json
 import math
 import os
 import re
+import shutil
 import time
 
 import keras
@@ -106,3 +108,95 @@ def list_checkpoints(directory):
     found = [(int(match.group(1)), name) for name in os.listdir(directory)
              if (match := CHECKPOINT_PATTERN.match(name))]
     return [os.path.join(directory, name) for _, name in sorted(found)]
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training stopped because the loss became NaN or infinite."""
+
+
+class TerminateOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
+    """Raises `NonFiniteLossError` at the first training step whose loss is not finite.
+
+    Put it first among the callbacks: it raises before any later callback sees the step,
+    so no checkpoint or backup holds the weights of that update (already damaged by its
+    gradients), and the newest files on disk are the last good ones. The message names
+    the update, the newest checkpoint, and the usual causes.
+
+    Args:
+        checkpoint_dir: str or None. Where `RollingCheckpoint` writes, named in the
+            message.
+    """
+
+    def __init__(self, checkpoint_dir=None):
+        super().__init__(raise_error=True)
+        self.checkpoint_dir = checkpoint_dir
+
+    def on_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None or math.isfinite(float(loss)):
+            return
+        where = f"batch {batch}"
+        if self.model is not None and self.model.optimizer is not None:
+            step = keras.ops.convert_to_numpy(self.model.optimizer.iterations)
+            where = f"weight update {int(step)}"
+        newest = list_checkpoints(self.checkpoint_dir)[-1:] if self.checkpoint_dir else []
+        raise NonFiniteLossError(
+            f"Training stopped at {where}: the loss is {float(loss)}. "
+            f"Nothing from this update was saved; the newest checkpoint is "
+            f"{newest[0] if newest else 'none yet'}. A loss that grows and then turns "
+            "non-finite means too high a learning rate (lower train.learning_rate_scale "
+            "or raise train.warmup_steps, in a new run directory); one that is non-finite "
+            "from a given batch on points at that batch's data.")
+
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` whose files are never left half-written.
+
+    Keras 3.15 writes `latest.weights.h5` and `training_metadata.json` in place, so a
+    process killed during a write leaves a corrupt file: a corrupt weights file is
+    skipped for the `.bkp` copy, but an empty metadata file stops every restart with a
+    JSON error. Here each file (and each `.bkp` copy) is written under a temporary name
+    and renamed over the old one. Restoring is Keras's: weights, optimizer state and the
+    epoch number, after which the interrupted epoch starts again from its first batch.
+
+    Args:
+        backup_dir: str. Where the backup lives.
+        restore_only: bool. Restore at the start but never write: for the workers of a
+            cluster other than the chief, which all restore the chief's backup so that
+            every worker resumes from the same state.
+        **kwargs: passed to `keras.callbacks.BackupAndRestore`.
+    """
+
+    def __init__(self, backup_dir, restore_only=False, **kwargs):
+        super().__init__(backup_dir, **kwargs)
+        self.restore_only = restore_only
+
+    def _save_model(self):
+        if self.restore_only:
+            return
+        os.makedirs(self.backup_dir, exist_ok=True)
+        if self.double_checkpoint:
+            for current, previous in ((self._weights_path, self._prev_weights_path),
+                                      (self._training_metadata_path,
+                                       self._prev_training_metadata_path)):
+                if os.path.exists(current):
+                    _replace_atomically(previous, lambda path: shutil.copyfile(current, path))
+        _replace_atomically(self._weights_path, lambda path: self.model.save_weights(
+            path, overwrite=True))
+        metadata = json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen})
+        _replace_atomically(self._training_metadata_path,
+                            lambda path: _write_text(path, metadata))
+
+
+def _replace_atomically(path, write):
+    """Calls `write(temporary)` then renames the temporary file to `path`."""
+    # Keras insists that weight files end in ".weights.h5": prefix, do not suffix.
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f"partial-{name}")
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def _write_text(path, text):
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)

@@ -32,13 +32,39 @@ def choose_strategy(devices=None):
         A `tf.distribute.Strategy`; enter its `scope()` to build and compile the model.
     """
     if os.environ.get("TF_CONFIG"):
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _MultiWorkerMirroredStrategy()
     if devices:
         return tf.distribute.MirroredStrategy(list(devices))
     gpus = tf.config.list_logical_devices("GPU")
     if len(gpus) > 1:
         return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
     return tf.distribute.get_strategy()
+
+
+class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """`MultiWorkerMirroredStrategy` accepting the two reduces that Keras 3's `fit` makes.
+
+    Keras 3.15's TensorFlow trainer asks for two reductions across workers that
+    `MultiWorkerMirroredStrategy.reduce` refuses, so `fit` on two or more workers fails:
+
+    - Before the first step, `reduce("MEAN", batch, axis=None)` on the whole first
+      batch, a nested structure, only to read its shapes. The collective all-reduce
+      takes one tensor ("Attempt to convert a value ({'source_ids': PerReplica...").
+      Here a nested structure gives back this worker's own batch.
+    - After every step, `reduce("MEAN", value, axis=0)` on each logged scalar, meaning
+      the mean over replicas (what Keras computes on one worker), but a scalar has no
+      axis 0 ("Invalid reduction dimension 0"). Here scalars are averaged over replicas.
+
+    Every other reduction is the strategy's own.
+    """
+
+    def reduce(self, reduce_op, value, axis):
+        if isinstance(value, (dict, list, tuple)):
+            return tf.nest.map_structure(
+                lambda leaf: self.experimental_local_results(leaf)[0], value)
+        if axis is not None and self.experimental_local_results(value)[0].shape.rank == 0:
+            axis = None
+        return super().reduce(reduce_op, value, axis)
 
 
 def is_chief():

@@ -32,6 +32,10 @@ FINAL_WEIGHTS = "model.weights.h5"
 AVERAGED_WEIGHTS = "averaged.weights.h5"
 
 
+class WeightsFileError(ValueError):
+    """A weights file is truncated, corrupt, or of another architecture."""
+
+
 def default_run_dir(name, config, root="runs"):
     """Returns `root/<name>-<source>-<target>`, e.g. `runs/multi30k-en-de`."""
     return os.path.join(root, f"{name}-{config.data.source_language}-"
@@ -89,5 +93,22 @@ def load_run(run_dir, weights=None):
     config = config_lib.Config.load(os.path.join(run_dir, CONFIG))
     tokenizer = Tokenizer.load(os.path.join(run_dir, TOKENIZER))
     model = build_model(config)
-    model.load_weights(find_weights(run_dir, weights))
+    load_weights(model, find_weights(run_dir, weights))
     return config, tokenizer, model
+
+
+def load_weights(model, path):
+    """Loads the weights file `path` into `model`; errors name the file.
+
+    Raises:
+        WeightsFileError: when the file cannot be read (truncated, corrupt, not HDF5)
+            or does not fit the model.
+    """
+    try:
+        model.load_weights(path)
+    except (OSError, ValueError, KeyError) as error:
+        raise WeightsFileError(
+            f"{path}: cannot load these weights ({error}). The file is truncated or "
+            "corrupt, or was written by a model of another config: load another one "
+            "(weights='latest', 'final', 'averaged' or a path), or train again."
+        ) from error

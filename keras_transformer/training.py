@@ -108,17 +108,18 @@ def make_callbacks(train_config, run_dir, extra=()):
     Only the chief of a worker cluster writes checkpoints and logs.
     """
     every = train_config.checkpoint_every_steps
-    backup_dir = os.path.join(run_dir, runs.BACKUP)
-    if not distribution.is_chief():
-        backup_dir = os.path.join(backup_dir, f"worker-{distribution.worker_index()}")
-    callbacks = [keras.callbacks.TerminateOnNaN(raise_error=True),
+    checkpoint_dir = os.path.join(run_dir, runs.CHECKPOINTS)
+    callbacks = [callbacks_lib.TerminateOnNonFiniteLoss(checkpoint_dir),
                  callbacks_lib.ThroughputLogger()]
     if distribution.is_chief():
         callbacks.append(callbacks_lib.RollingCheckpoint(
-            os.path.join(run_dir, runs.CHECKPOINTS), every, train_config.keep_checkpoints))
+            checkpoint_dir, every, train_config.keep_checkpoints))
     # Kept after a finished run, so that running the same command again is a no-op.
-    callbacks.append(keras.callbacks.BackupAndRestore(
-        backup_dir, save_freq=every, double_checkpoint=True, delete_checkpoint=False))
+    # Every worker restores the chief's backup (the run directory must be shared),
+    # so that all resume from the same state; only the chief writes it.
+    callbacks.append(callbacks_lib.AtomicBackupAndRestore(
+        os.path.join(run_dir, runs.BACKUP), restore_only=not distribution.is_chief(),
+        save_freq=every, double_checkpoint=True, delete_checkpoint=False))
     if distribution.is_chief():
         callbacks.append(keras.callbacks.TensorBoard(
             os.path.join(run_dir, runs.LOGS), update_freq=train_config.log_every_steps,
