@@ -1,4 +1,4 @@
-"""Two small training callbacks Keras lacks: throughput logging and rolling checkpoints."""
+"""Small training callbacks Keras lacks: throughput, step summaries, rolling checkpoints."""
 
 import json
 import math
@@ -8,12 +8,15 @@ import shutil
 import time
 
 import keras
+import tensorflow as tf
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)\.weights\.h5$")
 
 
 class ThroughputLogger(keras.callbacks.Callback):
     """Adds `tokens_per_second` and `learning_rate` to the logs of every training step.
+
+    `learning_rate` is the optimizer's current rate: the one its next update applies.
 
     Keras callbacks never see batches, so the count comes from the `target_tokens` metric
     (real target tokens since the epoch began; see `metrics.TargetTokens`): the rate is
@@ -48,6 +51,43 @@ class ThroughputLogger(keras.callbacks.Callback):
         training_time = self._last_time - self._epoch_start
         if logs is not None and training_time > 0:
             logs["tokens_per_second"] = self._last_tokens / training_time
+
+
+class StepSummaries(keras.callbacks.Callback):
+    """Writes every training log value to TensorBoard every `every_steps` weight updates.
+
+    Tags are `batch_<name>` (Keras's own naming), the step is the optimizer's update
+    count, which carries on across a restart from `BackupAndRestore` (Keras's batch
+    counter starts again at 0). Use it with `TensorBoard(update_freq="epoch")`: in Keras
+    3.15 an integer `update_freq` also gates the epoch summaries by the last batch's
+    number, so most epochs would go unrecorded.
+
+    Args:
+        log_dir: str. Directory of the event files (e.g. `RUN_DIR/logs/train`).
+        every_steps: int. Weight updates between two records.
+    """
+
+    def __init__(self, log_dir, every_steps):
+        super().__init__()
+        self.log_dir = os.fspath(log_dir)
+        self.every_steps = every_steps
+        self._last_step = None
+
+    def on_train_begin(self, logs=None):
+        self._writer = tf.summary.create_file_writer(self.log_dir)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        # With gradient accumulation several batches end on the same update.
+        if not logs or step % self.every_steps or step == self._last_step:
+            return
+        self._last_step = step
+        with self._writer.as_default(step=step):
+            for name, value in logs.items():
+                tf.summary.scalar(f"batch_{name}", value)
+
+    def on_train_end(self, logs=None):
+        self._writer.close()
 
 
 class RollingCheckpoint(keras.callbacks.Callback):

@@ -104,7 +104,8 @@ def make_callbacks(train_config, run_dir, extra=()):
     """Returns the callbacks of a run, in the order they must run at each step.
 
     TerminateOnNaN comes first and raises, so nothing after it writes a bad state and
-    the backup survives; ThroughputLogger adds values the later ones record.
+    the backup survives; ThroughputLogger adds values the later ones record. Step-level
+    summaries come from our StepSummaries, epoch-level ones from Keras's TensorBoard.
     Only the chief of a worker cluster writes checkpoints and logs.
     """
     every = train_config.checkpoint_every_steps
@@ -121,9 +122,11 @@ def make_callbacks(train_config, run_dir, extra=()):
         os.path.join(run_dir, runs.BACKUP), restore_only=not distribution.is_chief(),
         save_freq=every, double_checkpoint=True, delete_checkpoint=False))
     if distribution.is_chief():
-        callbacks.append(keras.callbacks.TensorBoard(
-            os.path.join(run_dir, runs.LOGS), update_freq=train_config.log_every_steps,
-            write_graph=False))
+        log_dir = os.path.join(run_dir, runs.LOGS)
+        callbacks += [
+            callbacks_lib.StepSummaries(os.path.join(log_dir, "train"),
+                                        train_config.log_every_steps),
+            keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=False)]
     return callbacks + list(extra)
 
 

@@ -7,6 +7,7 @@ import os
 import keras
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing import event_accumulator
 
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
@@ -89,6 +90,19 @@ def test_run_directory_holds_everything(interrupted_then_resumed):
     assert [os.path.basename(path) for path in checkpoints] == [
         f"step-{step:08d}.weights.h5" for step in (10, 12, 14)]
     assert not [name for name in os.listdir(run_dir) if name.startswith("partial-")]
+
+
+def test_tensorboard_has_step_and_epoch_summaries(interrupted_then_resumed):
+    run_dir, _, _, _, _ = interrupted_then_resumed
+    train_logs = event_accumulator.EventAccumulator(
+        os.path.join(run_dir, runs.LOGS, "train"), size_guidance={"tensors": 0})
+    tags = set(train_logs.Reload().Tags()["tensors"])
+    assert {"batch_loss", "batch_learning_rate", "batch_tokens_per_second",
+            "batch_accuracy", "epoch_loss", "epoch_learning_rate",
+            "epoch_tokens_per_second"} <= tags
+    # Step summaries are numbered by weight updates, across the restart.
+    assert [event.step for event in train_logs.Tensors("batch_loss")] == [
+        2, 4, 6, 8, 10, 12, 14]
 
 
 def test_load_run_restores_the_trained_model(interrupted_then_resumed):
