@@ -17,7 +17,8 @@ Every signature maps `sentences: string[B]` to `translations: string[B]`, `token
 int32[B, L]` (decoder output, END and padding included) and `scores: float32[B]` (sum of
 the output tokens' log-probabilities). Any string is accepted: sources longer than the
 model's `max_length` are truncated (keeping room for START and END), and outputs stop
-at `min(source length + extra_length, max_length)` tokens, so every call ends.
+at `min(source length + extra_length, max_length - 1, max_output_length)` tokens, so every
+call ends.
 """
 
 import types
