@@ -72,12 +72,11 @@ def export_translator(translator, directory, *, quantize=True):
                                        serving.BEAM_SIGNATURE: "beam search"},
                         "tf_text_ops": tf_text_ops, "ops": ops},
     }
-    tflite_translator = translator.with_fixed_source_width()  # traced once for both
     for key, name, quantized in (("tflite", TFLITE, False),
                                  ("tflite_dynamic_range", TFLITE_QUANTIZED, True)):
         if quantized and not quantize:
             continue
-        report[key] = _export_tflite(tflite_translator, os.path.join(directory, name),
+        report[key] = _export_tflite(translator, os.path.join(directory, name),
                                      quantized)
     return report
 

@@ -217,7 +217,7 @@ class Transformer(keras.Model):
             `(logits, cache)`: float32 `(B, V)` for position `index + 1`, and the cache
             with position `index` written.
         """
-        x = self._target_embedding(token_ids[:, None], start_position=index,
+        x = self._target_embedding(ops.expand_dims(token_ids, 1), start_position=index,
                                    training=False)  # (B, 1, D)
         cross_mask = masks.key_padding_attention_mask(cache["source_padding_mask"])
         x, cache = self.decoder.decode_step(x, cache, index, cross_mask)  # (B, 1, D)

@@ -51,10 +51,6 @@ class Translator(tf.Module):
         extra_length: int. Output tokens allowed beyond the source length (§6.1: 50).
         beam_size: int. Hypotheses of beam search (§6.1: 4).
         length_penalty: float. α of beam search's length penalty (§6.1: 0.6).
-        fixed_source_width: bool. Pad every source to `model.max_length` instead of the
-            batch's longest. Needed for TFLite: the model slices its masks with
-            `[:, None, :]`, which the converter lowers to a builtin only when at most
-            one dimension is unknown. Costs encoder time; the translations are the same.
         name: str. Module name.
 
     Example:
@@ -63,8 +59,7 @@ class Translator(tf.Module):
     """
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
-                 beam_size=4, length_penalty=0.6, fixed_source_width=False,
-                 name="translator"):
+                 beam_size=4, length_penalty=0.6, name="translator"):
         super().__init__(name=name)
         # The SavedModel keeps the model's underlying tf.Variables, not the Keras model:
         # Keras 3 variables reached only through a Keras model are restored by
@@ -78,7 +73,6 @@ class Translator(tf.Module):
         self.extra_length = extra_length
         self.beam_size = beam_size
         self.length_penalty = length_penalty
-        self.fixed_source_width = fixed_source_width
 
     @property
     def model(self):
@@ -89,8 +83,7 @@ class Translator(tf.Module):
         """Returns int32 `(B, S)` source ids: START, pieces, END, then padding.
 
         Sentences with more pieces than fit `model.max_length` are cut (START and END
-        always fit); `S` is the longest row of this batch, or `model.max_length` with
-        `fixed_source_width`.
+        always fit); `S` is the longest row of this batch.
         """
         most_pieces = self.model.max_length - 2
         # `to_tensor` with a static width truncates longer rows; the only ragged op,
@@ -104,8 +97,6 @@ class Translator(tf.Module):
                          tf.fill([batch, 1], PAD_ID)], axis=1)  # (B, max_length)
         positions = tf.range(most_pieces + 2)
         ids = tf.where(positions[None, :] == lengths[:, None] + 1, END_ID, ids)
-        if self.fixed_source_width:
-            return ids
         # Short batches need not pay for the full width in every attention.
         width = tf.reduce_max(tf.concat([lengths, [0]], axis=0)) + 2
         return ids[:, :width]  # (B, S)
@@ -141,17 +132,6 @@ class Translator(tf.Module):
         # batch reads every string back with the right shape (identity in TensorFlow).
         return tf.gather(text, tf.range(tf.shape(ids)[0]))
 
-    def with_fixed_source_width(self):
-        """Returns a translator like this one with `fixed_source_width=True`.
-
-        It shares the model and tokenizer; this translator itself when it already has it.
-        """
-        if self.fixed_source_width:
-            return self
-        return Translator(self.model, self.tokenizer, max_output_length=self.max_output_length,
-                          extra_length=self.extra_length, beam_size=self.beam_size,
-                          length_penalty=self.length_penalty, fixed_source_width=True)
-
     def signatures(self):
         """Returns the `{name: concrete function}` signatures to export."""
         return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
@@ -174,16 +154,13 @@ def convert_to_tflite(translator, quantize=False):
     `serving_default` (greedy) and `beam_search`, as in the SavedModel. Only TFLite
     builtin ops and tf-text's custom ops (register them with
     `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`): the Flex delegate is not in the
-    TensorFlow or LiteRT wheels, so the model must not need it. Sources are padded to
-    the model's `max_length` (see `Translator`'s `fixed_source_width`).
+    TensorFlow or LiteRT wheels, so the model must not need it.
 
     Args:
-        translator: `Translator`. Convert the same `with_fixed_source_width()` copy
-            several times to trace it once.
+        translator: `Translator`. Converting the same one again reuses its traces.
         quantize: bool. Dynamic-range quantization: int8 weights, float activations;
             about 4x smaller weights, and outputs that may differ from the float model's.
     """
-    translator = translator.with_fixed_source_width()
     functions = [_named_function(GREEDY_SIGNATURE, translator.translate),
                  _named_function(BEAM_SIGNATURE, translator.translate_beam)]
     converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, translator)

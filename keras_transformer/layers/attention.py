@@ -29,7 +29,7 @@ def attention_weights(query, key, attention_mask=None, scale=None):
     # Softmax in float32: under mixed precision the scores' range would overflow float16.
     scores = ops.cast(ops.matmul(query, key), "float32") * scale  # (B, H, T, S)
     if attention_mask is not None:
-        scores = ops.where(attention_mask[:, None, :, :], scores, _MASKED_SCORE)
+        scores = ops.where(ops.expand_dims(attention_mask, 1), scores, _MASKED_SCORE)
     return ops.softmax(scores, axis=-1)
 
 
@@ -144,7 +144,7 @@ class MultiHeadAttention(keras.layers.Layer):
         # The fused op returns no weights and has no dropout on them.
         dropout_active = bool(training) and self.dropout > 0
         if self.use_fused_attention and not return_attention_scores and not dropout_active:
-            mask = None if attention_mask is None else attention_mask[:, None, :, :]
+            mask = None if attention_mask is None else ops.expand_dims(attention_mask, 1)
             context = ops.dot_product_attention(query_heads, keys, values, mask=mask)
             weights = None
         else:

@@ -133,10 +133,10 @@ class DecoderLayer(keras.layers.Layer):
             keys, values = self.self_attention.project_key_value(h, h)  # (B, 1, H, K)
             # Write position `index` with a select, not a scatter: static shapes and
             # builtin ops, so the loop also converts to TFLite.
-            write = (ops.arange(cache_length) == index)[None, :, None, None]
+            write = ops.reshape(ops.arange(cache_length) == index, (1, -1, 1, 1))
             cache["self_keys"] = ops.where(write, keys, cache["self_keys"])
             cache["self_values"] = ops.where(write, values, cache["self_values"])
-            visible = causal_mask(1, cache_length, query_offset=index)[None]  # (1, 1, T_max)
+            visible = ops.expand_dims(causal_mask(1, cache_length, query_offset=index), 0)  # (1, 1, T_max)
             return self.self_attention.attend(
                 h, cache["self_keys"], cache["self_values"], visible)
 

@@ -20,8 +20,8 @@ def causal_mask(query_length, key_length=None, query_offset=0):
     before it: the look-ahead mask of §3.2.3 that keeps decoding auto-regressive.
     """
     key_length = query_length if key_length is None else key_length
-    query_positions = ops.arange(query_length)[:, None] + query_offset  # (T, 1)
-    key_positions = ops.arange(key_length)[None, :]  # (1, K)
+    query_positions = ops.expand_dims(ops.arange(query_length), 1) + query_offset  # (T, 1)
+    key_positions = ops.expand_dims(ops.arange(key_length), 0)  # (1, K)
     return ops.greater_equal(query_positions, key_positions)
 
 
@@ -31,11 +31,11 @@ def key_padding_attention_mask(key_padding_mask):
     Only keys are masked: queries at padding still attend to the real keys, so every
     softmax row stays non-empty (their outputs are ignored by the loss).
     """
-    return key_padding_mask[:, None, :]
+    return ops.expand_dims(key_padding_mask, 1)
 
 
 def decoder_self_attention_mask(target_padding_mask):
     """Returns `(B, T, T)` bool: look-ahead mask combined with target key padding."""
     length = ops.shape(target_padding_mask)[1]
-    return ops.logical_and(causal_mask(length)[None, :, :],
-                           target_padding_mask[:, None, :])  # (B, T, T)
+    return ops.logical_and(ops.expand_dims(causal_mask(length), 0),
+                           ops.expand_dims(target_padding_mask, 1))  # (B, T, T)

@@ -71,7 +71,7 @@ class TokenEmbedding(keras.layers.Layer):
         x = self.token_embedding(token_ids) * ops.cast(math.sqrt(self.hidden_dim), self.compute_dtype)  # (B, L, D)
         positions = ops.arange(ops.shape(token_ids)[1]) + start_position  # (L,)
         encoding = ops.take(ops.convert_to_tensor(self.positional_encoding), positions, axis=0)  # (L, D)
-        x = x + ops.cast(encoding, self.compute_dtype)[None, :, :]
+        x = x + ops.expand_dims(ops.cast(encoding, self.compute_dtype), 0)
         return self.embedding_dropout(x, training=training)
 
     def attend(self, hidden):
