@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import cold_start, decode_throughput, train_throughput
+from benchmarks import cold_start, decode_throughput, models, train_throughput
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -23,8 +23,8 @@ def _run(main, arguments, tmp_path):
 
 def test_keras_hub_baseline_has_our_size():
     arguments = train_throughput.parse_arguments(TINY_MODEL)
-    ours = train_throughput.build_ours(arguments, 300)
-    keras_hub = train_throughput.build_keras_hub(arguments, 300)
+    ours = models.build_ours(arguments, 300)
+    keras_hub = models.build_keras_hub(arguments, 300)
     # Equal, but for keras-hub's learned positions (max_length × hidden_dim).
     assert keras_hub.count_params() - ours.count_params() == 32 * 16
 
@@ -39,16 +39,19 @@ def test_train_throughput_times_one_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_throughput_compares_both_models(tmp_path):
+def test_train_throughput_compares_both_models_on_the_same_batches(tmp_path):
     result = _run(train_throughput.main, [
         "--batch-tokens", "256", "--num-pairs", "200", "--warmup-batches", "1",
-        "--steps", "2"], tmp_path)
+        "--steps", "2", "--memory-steps", "1"], tmp_path)
     rows = {row["model"]: row for row in result["rows"]}
     assert set(rows) == {"ours", "keras_hub"}
-    # The same batches reach both models.
     assert rows["ours"]["target_tokens"] == rows["keras_hub"]["target_tokens"]
+    for row in rows.values():
+        assert row["peak_rss_mb"] >= row["rss_before_model_mb"] > 0
+        assert row["alone_tokens_per_second"] > 0
     assert result["ours_over_keras_hub"] == pytest.approx(
         rows["ours"]["tokens_per_second"] / rows["keras_hub"]["tokens_per_second"])
+    assert result["median_step_ratio"] > 0
 
 
 def _check_decoding(result, decoders, batch_sizes, output_length):
