@@ -71,6 +71,14 @@ class TrainConfig:
     keep_checkpoints: int = 5
     log_every_steps: int = 100  # TensorBoard step-level summaries
     devices: tuple[str, ...] | None = None  # None: every visible GPU, else the CPU
+    # Validation sentences translated (greedy) and scored with sacreBLEU every epoch, or
+    # every `bleu_every_steps` updates; the best-BLEU weights are kept. 0 turns it off.
+    bleu_sentences: int = 0
+    bleu_every_steps: int | None = None
+    bleu_patience: int | None = None  # stop after this many scores without a gain
+    # Validation sentences whose translations (and the first one's cross-attention
+    # maps) are written to TensorBoard every epoch. 0 turns it off.
+    monitor_sentences: int = 0
     seed: int = 0
 
 
@@ -152,7 +160,8 @@ PRESETS = {
         "model": dict(vocabulary_size=8000, num_layers=3, hidden_dim=256,
                       intermediate_dim=1024, num_heads=4, dropout=0.3),
         "train": dict(label_smoothing=0.1, warmup_steps=1000, epochs=20,
-                      learning_rate_scale=2.0),
+                      learning_rate_scale=2.0, bleu_sentences=500, bleu_patience=5,
+                      monitor_sentences=4),
         "data": dict(batch_tokens=4096),
     },
     # A few-second model for tests and smoke runs; not for translation quality.

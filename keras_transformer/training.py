@@ -64,7 +64,9 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
         history = model.fit(
             train_data, validation_data=validation_data, epochs=config.train.epochs,
             steps_per_epoch=config.train.steps_per_epoch,
-            callbacks=make_callbacks(config.train, run_dir, callbacks),
+            callbacks=make_callbacks(config.train, run_dir, [
+                *make_translation_callbacks(config.train, run_dir, splits["validation"]),
+                *callbacks]),
             shuffle=False, verbose=verbose)  # the pipeline shuffles
     if distribution.is_chief():
         _save_atomically(model, os.path.join(run_dir, runs.FINAL_WEIGHTS))
@@ -128,6 +130,29 @@ def make_callbacks(train_config, run_dir, extra=()):
                                         train_config.log_every_steps),
             keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=False)]
     return callbacks + list(extra)
+
+
+def make_translation_callbacks(train_config, run_dir, validation_text):
+    """Returns the callbacks that translate validation sentences during training.
+
+    BLEU on the first `bleu_sentences` pairs (best weights kept, optional early stop)
+    and sample translations with attention maps in TensorBoard for the first
+    `monitor_sentences`: fixed slices, so every evaluation scores the same sentences.
+    """
+    from keras_transformer.bleu_callback import BleuCallback
+    from keras_transformer.monitoring import TranslationMonitor
+    sources, references = validation_text.source_lines, validation_text.target_lines
+    callbacks = []
+    if train_config.bleu_sentences:
+        count = train_config.bleu_sentences
+        callbacks.append(BleuCallback.for_run(
+            run_dir, sources[:count], references[:count],
+            every_steps=train_config.bleu_every_steps, patience=train_config.bleu_patience))
+    if train_config.monitor_sentences:
+        count = train_config.monitor_sentences
+        callbacks.append(TranslationMonitor.for_run(run_dir, sources[:count],
+                                                    references[:count]))
+    return callbacks
 
 
 def prepare_run_dir(config, run_dir, train_text):

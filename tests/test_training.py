@@ -173,3 +173,22 @@ def test_gradient_accumulation_reaches_the_optimizer():
     assert optimizer.gradient_accumulation_steps == 4
     assert optimizer.get_config()["learning_rate"]["config"]["gradient_accumulation_steps"] == 4
     assert optimizer.beta_2 == 0.98 and optimizer.epsilon == 1e-9
+
+
+def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
+    from keras_transformer import corpus
+    from keras_transformer.bleu_callback import BleuCallback
+    from keras_transformer.monitoring import TranslationMonitor
+
+    config = config_lib.override(tiny_config(fixture_corpus_dir), [
+        "bleu_sentences=5", "bleu_patience=2", "monitor_sentences=3"])
+    validation = corpus.load_split(config.data, "validation", verbose=False)
+    bleu, monitor = training.make_translation_callbacks(config.train, str(tmp_path),
+                                                        validation)
+    assert isinstance(bleu, BleuCallback) and isinstance(monitor, TranslationMonitor)
+    assert bleu.sources == list(validation.source_lines[:5])
+    assert bleu.references == list(validation.target_lines[:5])
+    assert bleu.patience == 2
+    assert monitor.sources == list(validation.source_lines[:3])
+    off = config_lib.override(config, ["bleu_sentences=0", "monitor_sentences=0"])
+    assert training.make_translation_callbacks(off.train, str(tmp_path), validation) == []
