@@ -197,7 +197,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     skipped for the `.bkp` copy, but an empty metadata file stops every restart with a
     JSON error. Here each file (and each `.bkp` copy) is written under a temporary name
     and renamed over the old one. Restoring is Keras's: weights, optimizer state and the
-    epoch number, after which the interrupted epoch starts again from its first batch.
+    epoch number, after which the interrupted epoch starts again from its first batch
+    (neither the position in the epoch nor the tf.data iterator is restored).
+
+    Two fixes to the epoch it records: Keras 3.15 restores the epoch into the model but
+    not into the callback, so backups written after a restart said epoch 0 and a second
+    interruption started the run over; and a backup taken at an epoch's last batch now
+    resumes with the next epoch instead of repeating the finished one.
 
     Args:
         backup_dir: str. Where the backup lives.
@@ -211,19 +217,40 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         super().__init__(backup_dir, **kwargs)
         self.restore_only = restore_only
 
+    def on_train_begin(self, logs=None):
+        if not self.restore_only and os.path.isdir(self.backup_dir):
+            for name in os.listdir(self.backup_dir):  # left by a process killed mid-write
+                if name.startswith("partial-"):
+                    os.remove(os.path.join(self.backup_dir, name))
+        try:
+            super().on_train_begin(logs)
+        except (OSError, ValueError) as error:
+            raise OSError(
+                f"{self.backup_dir}: cannot restore the training backup ({error}). "
+                "Restore the folder from a copy, or remove it to train this run again "
+                "from the start.") from error
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._current_epoch = epoch
+
     def _save_model(self):
         if self.restore_only:
             return
+        epoch = self._current_epoch
+        steps = (self.params or {}).get("steps")
+        if steps and self._last_batch_seen + 1 >= steps:
+            epoch += 1  # the epoch's last batch: nothing of it is left to run
         os.makedirs(self.backup_dir, exist_ok=True)
         if self.double_checkpoint:
             for current, previous in ((self._weights_path, self._prev_weights_path),
                                       (self._training_metadata_path,
                                        self._prev_training_metadata_path)):
                 if os.path.exists(current):
-                    _replace_atomically(previous, lambda path: shutil.copyfile(current, path))
+                    _replace_atomically(previous,
+                                        lambda path: shutil.copyfile(current, path))
         _replace_atomically(self._weights_path, lambda path: self.model.save_weights(
             path, overwrite=True))
-        metadata = json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen})
+        metadata = json.dumps({"epoch": epoch, "batch": self._last_batch_seen})
         _replace_atomically(self._training_metadata_path,
                             lambda path: _write_text(path, metadata))
 

@@ -1,0 +1,402 @@
+"""Interrupted training: backups survive kills, resumption, and a non-finite loss.
+
+The kill -9 test trains through `python train.py` in subprocesses and is slow:
+`pytest -m slow tests/test_fault_tolerance.py` (see docs/scaling.md).
+"""
+
+import concurrent.futures
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import h5py
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import callbacks as callbacks_lib
+from keras_transformer import config as config_lib
+from keras_transformer import runs, training
+from tests.conftest import FIXTURES, REPOSITORY
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL arriving in the middle of a write."""
+
+
+def small_model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.Adam(0.1), "mse")
+    return model
+
+
+def small_data(batches=4):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8 * batches, 3)).astype("float32")
+    return x, x[:, :2] * 2.0
+
+
+def backup_weights(backup_dir):
+    model = small_model()
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(os.path.join(backup_dir, "latest.weights.h5"))
+    return model.get_weights()
+
+
+def test_a_write_killed_midway_leaves_the_previous_backup(tmp_path, monkeypatch):
+    model = small_model()
+    x, y = small_data()
+    backup = callbacks_lib.AtomicBackupAndRestore(
+        tmp_path, save_freq=1, double_checkpoint=True, delete_checkpoint=False)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[backup])
+    saved = model.get_weights()
+    with open(tmp_path / "training_metadata.json") as file:
+        metadata = json.load(file)
+
+    def killed_save(path, overwrite=True):
+        with open(path, "wb") as file:
+            file.write(b"\x89HDF\r\n\x1a\n" + b"\x00" * 100)  # the start of a file
+        raise Killed
+
+    monkeypatch.setattr(model, "save_weights", killed_save)
+    with pytest.raises(Killed):  # resumes with epoch 1; killed saving its first batch
+        model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[backup])
+    for current, previous in zip(backup_weights(tmp_path), saved):
+        np.testing.assert_array_equal(current, previous)
+    monkeypatch.undo()
+
+    def killed_write(path, text):
+        open(path, "w").close()  # truncated on open, killed before the write
+        raise Killed
+
+    monkeypatch.setattr(callbacks_lib, "_write_text", killed_write)
+    with pytest.raises(Killed):
+        model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[backup])
+    with open(tmp_path / "training_metadata.json") as file:
+        assert json.load(file) == metadata
+
+
+def test_restart_after_a_restart_keeps_the_epoch(tmp_path):
+    """Killed twice in the same epoch, a run must not start over from epoch 0."""
+    x, y = small_data(batches=4)
+    epochs_seen = []
+    recorder = keras.callbacks.LambdaCallback(
+        on_epoch_begin=lambda epoch, logs: epochs_seen.append(epoch))
+
+    def interrupt_at(step):
+        def stop(batch, logs):
+            if int(interrupter.model.optimizer.iterations) == step:
+                raise Killed
+        interrupter = keras.callbacks.LambdaCallback(on_train_batch_end=stop)
+        return interrupter
+
+    for step in (6, 7):  # epoch 1 of 4-batch epochs, twice
+        backup = callbacks_lib.AtomicBackupAndRestore(tmp_path, save_freq=1,
+                                                     delete_checkpoint=False)
+        with pytest.raises(Killed):
+            small_model().fit(x, y, batch_size=8, epochs=3, verbose=0,
+                              callbacks=[backup, recorder, interrupt_at(step)])
+    with open(tmp_path / "training_metadata.json") as file:
+        assert json.load(file)["epoch"] == 1
+    assert epochs_seen == [0, 1, 1]
+
+
+def test_a_backup_at_an_epoch_end_resumes_with_the_next_epoch(tmp_path):
+    x, y = small_data(batches=4)
+    backup = callbacks_lib.AtomicBackupAndRestore(tmp_path, save_freq=4,
+                                                 delete_checkpoint=False)
+    small_model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[backup])
+    with open(tmp_path / "training_metadata.json") as file:
+        assert json.load(file) == {"epoch": 1, "batch": 3}
+
+
+def test_an_unreadable_backup_is_named(tmp_path):
+    x, y = small_data()
+    backup = callbacks_lib.AtomicBackupAndRestore(tmp_path, save_freq=1,
+                                                 delete_checkpoint=False)
+    small_model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[backup])
+    (tmp_path / "training_metadata.json").write_text('{"epoch": ')
+    with pytest.raises(OSError, match=f"{tmp_path}: cannot restore the training backup"):
+        small_model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[
+            callbacks_lib.AtomicBackupAndRestore(tmp_path, save_freq=1)])
+
+
+# A non-finite loss in a real run.
+NAN_STEPS = 6
+NAN_EVERY = 2
+POISONED_BATCH = 4  # the fifth update
+
+
+def tiny_config(data_dir, *overrides):
+    return config_lib.override(config_lib.preset_config("tiny"), [
+        f"data_dir={data_dir}", "num_layers=1", "epochs=1",
+        f"steps_per_epoch={NAN_STEPS}", f"checkpoint_every_steps={NAN_EVERY}",
+        "keep_checkpoints=10", *overrides])
+
+
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
+        tmp_path, fixture_corpus_dir, monkeypatch):
+    """A batch whose loss weights are infinite (a broken data stage) poisons update 5."""
+    make_datasets = training.make_datasets
+
+    def poisoned_datasets(config, tokenizer, splits):
+        train_data, validation_data = make_datasets(config, tokenizer, splits)
+
+        def poison(index, batch):
+            inputs, targets, weights = batch
+            weights = tf.where(index == POISONED_BATCH, weights * math.inf, weights)
+            return inputs, targets, weights
+
+        return train_data.enumerate().map(poison), validation_data
+
+    monkeypatch.setattr(training, "make_datasets", poisoned_datasets)
+    run_dir = str(tmp_path / "run")
+    with pytest.raises(callbacks_lib.NonFiniteLossError) as raised:
+        training.train(tiny_config(fixture_corpus_dir), run_dir, verbose=0)
+    newest = os.path.join(run_dir, runs.CHECKPOINTS, "step-00000004.weights.h5")
+    assert "weight update 5: the loss is nan" in str(raised.value)
+    assert newest in str(raised.value)
+
+    # Nothing of update 5 was written: no later checkpoint, no final weights.
+    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, runs.CHECKPOINTS))
+    assert checkpoints[-1] == newest
+    assert not os.path.exists(os.path.join(run_dir, runs.FINAL_WEIGHTS))
+    _, _, model = runs.load_run(run_dir, weights="latest")
+    assert all(np.isfinite(weight).all() for weight in model.get_weights())
+    with h5py.File(os.path.join(run_dir, runs.BACKUP, "latest.weights.h5"), "r") as file:
+        assert int(file["optimizer/vars/0"][()]) == 4
+        backed_up = [np.asarray(file[name]) for name in _weight_datasets(file)]
+    assert backed_up and all(np.isfinite(weight).all() for weight in backed_up)
+
+
+def _weight_datasets(file):
+    names = []
+    file.visititems(lambda name, item: names.append(name)
+                    if isinstance(item, h5py.Dataset) else None)
+    return sorted(names)
+
+
+# kill -9 of `python train.py`, then the same command again.
+EPOCHS = 3
+STEPS = 8
+EVERY = 2
+FIRST_KILL_AFTER = 10  # update 10 is the second batch of the second epoch
+KILLS_DURING_WRITES = 3
+TIMEOUT_S = 900
+
+
+def train_command(run_dir, every):
+    return [sys.executable, str(REPOSITORY / "train.py"), "--preset", "tiny",
+            "--data-dir", str(FIXTURES / "corpus"), "--run-dir", str(run_dir),
+            "--epochs", str(EPOCHS), "--steps", str(STEPS), "num_layers=1",
+            f"checkpoint_every_steps={every}", "keep_checkpoints=100",
+            f"log_every_steps={every}"]
+
+
+class Runner:
+    """Starts `python train.py` on one run directory, again and again, into one log."""
+
+    def __init__(self, run_dir, every, deadline):
+        self.run_dir, self.every, self.deadline = run_dir, every, deadline
+        self.log = open(f"{run_dir}.log", "w")
+        self.process = None
+
+    def start(self):
+        environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+                       "CUDA_VISIBLE_DEVICES": ""}
+        self.process = subprocess.Popen(train_command(self.run_dir, self.every),
+                                        stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=environment)
+
+    def kill(self):
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def finish(self):
+        code = self.process.wait(timeout=max(1.0, self.deadline - time.monotonic()))
+        self.log.close()
+        assert code == 0, f"see {self.run_dir}.log"
+
+    def wait(self, condition):
+        """Polls `condition()` until it returns a true value, which it returns."""
+        while time.monotonic() < self.deadline:
+            assert self.process.poll() is None, f"ended early; see {self.run_dir}.log"
+            found = condition()
+            if found:
+                return found
+            time.sleep(0.005)
+        self.process.kill()
+        pytest.fail(f"timed out waiting on {self.run_dir}")
+
+    def backup_after(self, step):
+        def newer():
+            found = read_backup(self.run_dir, missing_ok=True)
+            return found if found and found[0] > step else None
+        return self.wait(newer)
+
+    def writing(self):
+        backup_dir = os.path.join(self.run_dir, runs.BACKUP)
+        return self.wait(lambda: [name for name in os.listdir(backup_dir)
+                                  if name.startswith("partial-")])
+
+
+def read_backup(run_dir, missing_ok=False):
+    """Returns `(update count, metadata)` of the backup; raises if a file is unreadable."""
+    backup_dir = os.path.join(run_dir, runs.BACKUP)
+    try:
+        with h5py.File(os.path.join(backup_dir, "latest.weights.h5"), "r") as file:
+            step = int(file["optimizer/vars/0"][()])
+        with open(os.path.join(backup_dir, "training_metadata.json")) as file:
+            return step, json.load(file)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise
+
+
+def weights_of(path):
+    """The model weights (not the optimizer state) of a Keras weights file, by name."""
+    with h5py.File(path, "r") as file:
+        return {name: np.asarray(file[name]) for name in _weight_datasets(file)
+                if not name.startswith("optimizer")}
+
+
+def validation_loss(run_dir, weights="final"):
+    from keras_transformer import corpus
+
+    config, tokenizer, model = runs.load_run(str(run_dir), weights)
+    training.compile_model(model, config.train)
+    splits = {split: corpus.load_split(config.data, split, verbose=False)
+              for split in ("train", "validation")}
+    _, validation_data = training.make_datasets(config, tokenizer, splits)
+    with warnings.catch_warnings():
+        # The bucketed dataset has no known length: Keras learns it by running out.
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        return model.evaluate(validation_data, verbose=0, return_dict=True)["loss"]
+
+
+@pytest.fixture(scope="module")
+def runs_killed(tmp_path_factory):
+    """Three runs of the same training at once.
+
+    - uninterrupted: never killed.
+    - mid_epoch (a backup every 2 updates): killed after the backup of update 10, then
+      three times during a backup write, then finished.
+    - epoch_end (a backup at every epoch's end): killed in the middle of the second and
+      of the third epoch, then finished.
+    """
+    root = tmp_path_factory.mktemp("kill9")
+    deadline = time.monotonic() + TIMEOUT_S
+    uninterrupted = Runner(root / "uninterrupted", EVERY, deadline)
+    mid_epoch = Runner(root / "mid_epoch", EVERY, deadline)
+    epoch_end = Runner(root / "epoch_end", STEPS, deadline)
+    for runner in (uninterrupted, mid_epoch, epoch_end):
+        runner.start()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        mid_epoch_record = pool.submit(kill_mid_epoch, mid_epoch)
+        epoch_end_kills = pool.submit(kill_after_epoch_ends, epoch_end)
+        record = {**mid_epoch_record.result(), "epoch_end_kills": epoch_end_kills.result()}
+    for runner in (uninterrupted, mid_epoch, epoch_end):
+        runner.finish()
+    return root, record
+
+
+def kill_mid_epoch(runner):
+    """Kills after the backup of update 10, then three times during a backup write."""
+    runner.backup_after(FIRST_KILL_AFTER - 1)
+    runner.kill()
+    record = {"first_backup": read_backup(runner.run_dir), "events": []}
+    for _ in range(KILLS_DURING_WRITES):
+        restored = read_backup(runner.run_dir)
+        runner.start()
+        first_new = runner.backup_after(restored[0])
+        in_progress = runner.writing()
+        runner.kill()
+        record["events"].append({"restored": restored, "first_new_backup": first_new[0],
+                                 "killed_while_writing": in_progress,
+                                 "after_kill": read_backup(runner.run_dir)})
+    record["last_restored"] = read_backup(runner.run_dir)
+    runner.start()
+    return record
+
+
+def kill_after_epoch_ends(runner):
+    """Kills in the middle of the second and of the third epoch; returns the backups."""
+    kills = []
+    for boundary in (STEPS, 2 * STEPS):
+        runner.backup_after(boundary - 1)
+        time.sleep(0.3)  # into the next epoch
+        runner.kill()
+        kills.append(read_backup(runner.run_dir)[0])
+        runner.start()
+    return kills
+
+
+@pytest.mark.slow
+def test_restarts_resume_from_the_newest_backup(runs_killed):
+    root, record = runs_killed
+    first = record["first_backup"][0]
+    assert first >= FIRST_KILL_AFTER and first % EVERY == 0
+    for event in record["events"]:
+        # Resumed from the backup, not from update 0: the next backup is one interval
+        # on, so what a kill loses is the updates since the last backup.
+        assert event["first_new_backup"] == event["restored"][0] + EVERY
+    # Keras resumes at the start of the backup's epoch, and the run then makes every
+    # update of that epoch and of the later ones (more than an uninterrupted run).
+    last_step, last_metadata = record["last_restored"]
+    final_step, _ = read_backup(root / "mid_epoch")
+    assert final_step == last_step + (EPOCHS - last_metadata["epoch"]) * STEPS
+
+
+@pytest.mark.slow
+def test_kills_during_writes_never_leave_an_unreadable_backup(runs_killed):
+    root, record = runs_killed
+    for event in record["events"]:  # read_backup would have raised on a broken file
+        assert event["killed_while_writing"]
+        assert event["after_kill"][0] >= event["restored"][0]
+    assert os.path.exists(root / "mid_epoch" / runs.FINAL_WEIGHTS)
+
+
+@pytest.mark.slow
+def test_the_restored_state_is_the_uninterrupted_runs_state(runs_killed):
+    """Training is deterministic: up to the first backup both runs are bit-identical."""
+    root, record = runs_killed
+    checkpoint = f"step-{record['first_backup'][0]:08d}.weights.h5"
+    killed = weights_of(root / "mid_epoch" / runs.CHECKPOINTS / checkpoint)
+    uninterrupted = weights_of(root / "uninterrupted" / runs.CHECKPOINTS / checkpoint)
+    assert killed.keys() == uninterrupted.keys() and killed
+    for name in killed:
+        np.testing.assert_array_equal(killed[name], uninterrupted[name], err_msg=name)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_at_epoch_ends_ends_close_to_the_uninterrupted_one(runs_killed):
+    """Same updates and learning rates; other batches and dropout masks after each restart.
+
+    Keras restores weights, optimizer state and the epoch, but not the tf.data iterator
+    nor the dropout seeds: after a restart the data stream starts again from its first
+    batch. So the runs agree exactly up to the first restart, and then only as two runs
+    on differently shuffled data do. Tolerances: see docs/scaling.md.
+    """
+    root, record = runs_killed
+    assert record["epoch_end_kills"] == [STEPS, 2 * STEPS]
+    assert read_backup(root / "epoch_end")[0] == read_backup(root / "uninterrupted")[0]
+    start_path = root / "uninterrupted" / runs.CHECKPOINTS / f"step-{EVERY:08d}.weights.h5"
+    start = weights_of(start_path)
+    resumed = weights_of(root / "epoch_end" / runs.FINAL_WEIGHTS)
+    uninterrupted = weights_of(root / "uninterrupted" / runs.FINAL_WEIGHTS)
+
+    def distance(a, b):
+        return math.sqrt(sum(float(np.sum((a[name] - b[name]) ** 2)) for name in a))
+
+    assert distance(resumed, uninterrupted) < 0.5 * distance(uninterrupted, start)
+    start_loss = validation_loss(root / "uninterrupted", str(start_path))
+    uninterrupted_loss = validation_loss(root / "uninterrupted")
+    resumed_loss = validation_loss(root / "epoch_end")
+    assert abs(resumed_loss - uninterrupted_loss) < 0.15 * (start_loss - uninterrupted_loss)
