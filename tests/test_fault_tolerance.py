@@ -130,7 +130,7 @@ def test_an_unreadable_backup_is_named(tmp_path):
 # A non-finite loss in a real run.
 NAN_STEPS = 6
 NAN_EVERY = 2
-POISONED_BATCH = 4  # the fifth update
+POISONED_BATCH = 3  # the fourth update: one that saves a checkpoint and a backup
 
 
 def tiny_config(data_dir, *overrides):
@@ -142,7 +142,7 @@ def tiny_config(data_dir, *overrides):
 
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
         tmp_path, fixture_corpus_dir, monkeypatch):
-    """A batch whose loss weights are infinite (a broken data stage) poisons update 5."""
+    """A batch whose loss weights are infinite (a broken data stage) poisons update 4."""
     make_datasets = training.make_datasets
 
     def poisoned_datasets(config, tokenizer, splits):
@@ -159,18 +159,18 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
     run_dir = str(tmp_path / "run")
     with pytest.raises(callbacks_lib.NonFiniteLossError) as raised:
         training.train(tiny_config(fixture_corpus_dir), run_dir, verbose=0)
-    newest = os.path.join(run_dir, runs.CHECKPOINTS, "step-00000004.weights.h5")
-    assert "weight update 5: the loss is nan" in str(raised.value)
+    newest = os.path.join(run_dir, runs.CHECKPOINTS, "step-00000002.weights.h5")
+    assert "weight update 4: the loss is nan" in str(raised.value)
     assert newest in str(raised.value)
 
-    # Nothing of update 5 was written: no later checkpoint, no final weights.
+    # Nothing of update 4 was written: no later checkpoint or backup, no final weights.
     checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, runs.CHECKPOINTS))
     assert checkpoints[-1] == newest
     assert not os.path.exists(os.path.join(run_dir, runs.FINAL_WEIGHTS))
     _, _, model = runs.load_run(run_dir, weights="latest")
     assert all(np.isfinite(weight).all() for weight in model.get_weights())
     with h5py.File(os.path.join(run_dir, runs.BACKUP, "latest.weights.h5"), "r") as file:
-        assert int(file["optimizer/vars/0"][()]) == 4
+        assert int(file["optimizer/vars/0"][()]) == 2
         backed_up = [np.asarray(file[name]) for name in _weight_datasets(file)]
     assert backed_up and all(np.isfinite(weight).all() for weight in backed_up)
 
