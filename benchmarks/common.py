@@ -115,7 +115,8 @@ def run_json_subprocess(module, arguments, json_path, timeout=None):
     own TensorFlow runtime, so neither inherits the other's caches or allocations.
     """
     command = [sys.executable, "-m", module, *arguments, "--json", json_path]
-    completed = subprocess.run(command, timeout=timeout)
+    # Its table goes to the JSON; the caller prints what it gathered.
+    completed = subprocess.run(command, timeout=timeout, stdout=subprocess.DEVNULL)
     if completed.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {completed.returncode}.")
     with open(json_path, encoding="utf-8") as file:

@@ -2,7 +2,8 @@
 
 `DataConfig(corpus="wmt14")` reads `wmt14_translate/<xx>-en` with TensorFlow Datasets
 (`pip install "keras-transformer[wmt]"`) instead of text files; `corpus.load_split`
-dispatches here, so training, the BLEU callback and evaluation need nothing else.
+dispatches here, so training and the BLEU callback need nothing else (`write_split`
+writes a split as the text files that `keras_transformer.evaluation` scores).
 English-German is the paper's task: about 4.5 million training pairs (Europarl,
 Common Crawl, News Commentary), `newstest2013` as validation and `newstest2014` as test.
 
@@ -11,10 +12,15 @@ The paper's base recipe, with the same `train.py`:
     python train.py --preset paper_base corpus=wmt14 --epochs 100 --steps 1000 \\
         checkpoint_every_steps=1500 keep_checkpoints=5
     python -m keras_transformer.averaging runs/paper_base-en-de --last 5
+    python -m export runs/paper_base-en-de
+    python -m keras_transformer.wmt14 --split test --output-dir data/wmt14
+    python -m keras_transformer.evaluation --artifact runs/paper_base-en-de --beam \\
+        --source data/wmt14/test.en --reference data/wmt14/test.de
 
 (100 epochs of 1,000 steps = 100k updates of ≈25k + 25k tokens; a checkpoint every
 1,500 updates, the paper's "10-minute intervals" at its 0.4 s per step; average the
-last 5; translate with the exported beam search, beam 4 and α 0.6 by default.)
+last 5; score newstest2014, the `test` split, with the exported beam search: beam 4
+and α 0.6 are its defaults.)
 
 Data: on first use TFDS downloads the WMT14 sources (a few GB) and prepares them under
 `DataConfig.data_dir` (default `~/tensorflow_datasets`); later runs read the prepared
@@ -25,9 +31,15 @@ for the 4.5 M training pairs.
 
 Public API:
     - `load_split(data_config, split, ...) -> corpus.ParallelText`.
+    - `write_split(data_config, split, directory) -> (source_path, target_path)`: a split
+      as two line-aligned text files, for `keras_transformer.evaluation`.
     - `tfds_name(source_language, target_language) -> str`, e.g. `"wmt14_translate/de-en"`.
 """
 
+import argparse
+import os
+
+from keras_transformer import config as config_lib
 from keras_transformer import corpus
 
 CORPUS = "wmt14"
@@ -113,3 +125,38 @@ def _collect(examples, source_language, target_language, filter_pairs, max_chara
         source_lines=tuple(sources), target_lines=tuple(targets),
         source_file=f"{origin}:{source_language}", target_file=f"{origin}:{target_language}",
         stats=stats)
+
+
+def write_split(data_config, split, directory):
+    """Writes a split, unfiltered, as `<split>.<language>` files; returns their paths."""
+    text = load_split(data_config, split, filter_pairs=False, verbose=False)
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for language, lines in ((data_config.source_language, text.source_lines),
+                            (data_config.target_language, text.target_lines)):
+        path = os.path.join(directory, f"{split}.{language}")
+        with open(path, "w", encoding="utf-8", newline="\n") as file:
+            file.writelines(line + "\n" for line in lines)
+        paths.append(path)
+    return tuple(paths)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_transformer.wmt14",
+        description="Write a WMT14 split from TensorFlow Datasets as two text files.")
+    parser.add_argument("--split", default="test", choices=SPLITS)
+    parser.add_argument("--source-language", default="en")
+    parser.add_argument("--target-language", default="de")
+    parser.add_argument("--data-dir", default=None, help="TFDS data directory")
+    parser.add_argument("--output-dir", required=True)
+    arguments = parser.parse_args(argv)
+    data_config = config_lib.DataConfig(
+        corpus=CORPUS, source_language=arguments.source_language,
+        target_language=arguments.target_language, data_dir=arguments.data_dir)
+    for path in write_split(data_config, arguments.split, arguments.output_dir):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

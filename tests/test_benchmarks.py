@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from benchmarks import cold_start, decode_throughput, models, train_throughput
+from benchmarks import (cold_start, decode_step_ops, decode_throughput, loss_step, models,
+                        train_throughput)
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -68,7 +69,7 @@ def _check_decoding(result, decoders, batch_sizes, output_length):
 
 
 def test_decode_throughput_forces_the_output_length(tmp_path):
-    decoders = ["cached", "uncached", "saved_model"]
+    decoders = ["cached", "uncached"]  # the exported ones: the slow test and cold start
     result = _run(decode_throughput.main, [
         "--decoders", *decoders, "--batch-sizes", "1", "3", "--output-length", "4",
         "--calls", "1"], tmp_path)
@@ -89,3 +90,22 @@ def test_cold_start_times_a_fresh_process(tmp_path):
     assert result["median"]["start_to_first_translation_s"] == row[
         "start_to_first_translation_s"]
     assert result["saved_model_mb"] > 0
+
+
+def test_fused_loss_matches_ours(tmp_path):
+    path = tmp_path / "loss.json"
+    loss_step.main(["--batch", "3", "--length", "4", "--vocabulary-size", "11",
+                    "--calls", "1", "--json", str(path)])
+    result = json.loads(path.read_text())
+    ours, fused = result["rows"]
+    assert fused["value"] == pytest.approx(ours["value"], rel=1e-6)
+    assert result["max_gradient_difference"] < 1e-6
+
+
+def test_decode_step_ops_times_every_variant(tmp_path):
+    path = tmp_path / "ops.json"
+    decode_step_ops.main(["--batch", "2", "--cache-length", "4", "--hidden-dim", "8",
+                          "--num-heads", "2", "--vocabulary-size", "10", "--steps", "3",
+                          "--calls", "1", "--json", str(path)])
+    rows = json.loads(path.read_text())["rows"]
+    assert len(rows) == 6 and all(row["ms_per_step"] > 0 for row in rows)

@@ -51,6 +51,14 @@ def test_training_split_drops_empty_and_overlong_pairs():
     assert train.stats == corpus.FilterStats(read=4, kept=2, empty=1, too_long=1)
 
 
+def test_write_split_gives_line_aligned_files_for_evaluation(tmp_path):
+    with tfds.testing.mock_data(as_dataset_fn=_as_dataset):
+        wmt14.main(["--split", "test", "--output-dir", str(tmp_path)])
+    assert corpus.read_parallel(tmp_path / "test.en", tmp_path / "test.de",
+                                filter_pairs=False).target_lines == tuple(
+        german for _, german in PAIRS)
+
+
 def test_unknown_split_is_refused():
     with pytest.raises(ValueError, match="Unknown split 'dev'"):
         wmt14.load_split(WMT14, "dev")
