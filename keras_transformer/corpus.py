@@ -177,10 +177,20 @@ def corpus_files(data_config, split, *, cache_dir=None, base_url=None):
             f"target_language must be two different languages of {MULTI30K_LANGUAGES}.")
     split_name = MULTI30K_SPLITS[split]
     if data_config.data_dir is not None:
-        return tuple(os.path.join(data_config.data_dir, f"{split_name}.{language}.gz")
+        return tuple(_local_file(data_config.data_dir, f"{split_name}.{language}")
                      for language in languages)
     return tuple(download_multi30k(split_name, language, cache_dir=cache_dir,
                                    base_url=base_url) for language in languages)
+
+
+def _local_file(data_dir, stem):
+    """Returns `data_dir/stem.gz`, or the uncompressed `data_dir/stem` when only it exists.
+
+    A missing file keeps the `.gz` name, which the error then reports.
+    """
+    compressed = os.path.join(data_dir, f"{stem}.gz")
+    plain = os.path.join(data_dir, stem)
+    return plain if not os.path.exists(compressed) and os.path.exists(plain) else compressed
 
 
 def download_multi30k(split_name, language, *, cache_dir=None, base_url=None):

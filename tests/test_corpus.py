@@ -204,3 +204,12 @@ def test_download_with_wrong_checksum_fails_and_leaves_no_file(
     assert f"{base_url}/val.de.gz" in message
     assert corpus.MULTI30K_SHA256["val.de.gz"] in message
     assert os.listdir(cache / "datasets" / "multi30k") == []
+
+
+def test_data_dir_reads_uncompressed_files_too(tmp_path, fixture_corpus_dir):
+    for language in ("en", "de"):
+        with gzip.open(fixture_corpus_dir / f"train.{language}.gz", "rb") as compressed:
+            (tmp_path / f"train.{language}").write_bytes(compressed.read())
+    parallel_text = corpus.load_split(fixture_config(tmp_path), "train", verbose=False)
+    assert parallel_text.source_file == str(tmp_path / "train.en")
+    assert len(parallel_text) == 168
