@@ -2,6 +2,8 @@
 
 import os
 import pathlib
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -33,7 +35,25 @@ def multi30k_dir():
     return directory
 
 
+def fixture_corpus():
+    """Returns a directory holding the tests' own small en/de/fr corpus under Multi30K's
+    file names (`train.en.gz`, `val.de.gz`, ...), made once per machine.
+
+    The repository keeps it as `own-*.gz`, so that no file in it carries the names of
+    the real corpus, which is downloaded or read from a data directory, never committed.
+    """
+    directory = pathlib.Path(tempfile.gettempdir()) / "keras_transformer_fixture_corpus"
+    directory.mkdir(exist_ok=True)
+    for source in sorted((FIXTURES / "corpus").glob("own-*.gz")):
+        target = directory / source.name.removeprefix("own-")
+        if not target.exists() or target.read_bytes() != source.read_bytes():
+            partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+            shutil.copyfile(source, partial)
+            os.replace(partial, target)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def fixture_corpus_dir():
-    """A small en/de/fr corpus written for these tests, with Multi30K's file names."""
-    return FIXTURES / "corpus"
+    """The tests' own small corpus under Multi30K's file names (see `fixture_corpus`)."""
+    return fixture_corpus()

@@ -8,9 +8,9 @@ same nonsense, which is what the tests check.
 import functools
 import types
 
-from tests.conftest import FIXTURES
+from tests.conftest import fixture_corpus
 
-CORPUS = FIXTURES / "corpus"
+CORPUS = fixture_corpus()
 VOCABULARY_SIZE = 200
 
 # Inputs that must each give exactly one string per sentence, without error or hang.

@@ -23,7 +23,7 @@ import tensorflow as tf
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
 from keras_transformer import runs, training
-from tests.conftest import FIXTURES, REPOSITORY
+from tests.conftest import REPOSITORY, fixture_corpus
 
 
 class Killed(BaseException):
@@ -193,7 +193,7 @@ TIMEOUT_S = 900
 
 def train_command(run_dir, every):
     return [sys.executable, str(REPOSITORY / "train.py"), "--preset", "tiny",
-            "--data-dir", str(FIXTURES / "corpus"), "--run-dir", str(run_dir),
+            "--data-dir", str(fixture_corpus()), "--run-dir", str(run_dir),
             "--epochs", str(EPOCHS), "--steps", str(STEPS), "num_layers=1",
             f"checkpoint_every_steps={every}", "keep_checkpoints=100",
             f"log_every_steps={every}"]

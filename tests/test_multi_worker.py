@@ -19,12 +19,12 @@ import pytest
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
 from keras_transformer import runs, training
-from tests.conftest import FIXTURES, REPOSITORY
+from tests.conftest import REPOSITORY, fixture_corpus
 
 TIMEOUT_S = 420
 STEPS = 4
 EVERY = 2
-ARGUMENTS = ["--preset", "tiny", "--data-dir", str(FIXTURES / "corpus"), "--epochs", "1",
+ARGUMENTS = ["--preset", "tiny", "--data-dir", str(fixture_corpus()), "--epochs", "1",
              "--steps", str(STEPS), "num_layers=1", "dropout=0.0",
              f"checkpoint_every_steps={EVERY}", f"log_every_steps={EVERY}"]
 
