@@ -14,13 +14,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
 
 from keras_transformer import config as config_lib  # noqa: E402
-from keras_transformer import callbacks, corpus, runs, tokenizer, training  # noqa: E402
-
-# Errors about the user's data, files or run, shown as one line rather than a traceback:
-# each message names the file (or update) and the fix.
-USER_ERRORS = (corpus.CorpusError, corpus.CorpusFileNotFoundError,
-               tokenizer.TokenizerFileError, runs.WeightsFileError,
-               callbacks.NonFiniteLossError)
+from keras_transformer import runs, training  # noqa: E402
 
 EPILOG = """\
 examples:
@@ -97,7 +91,7 @@ def main(argv=None):
     print(f"Training into {run_dir}", flush=True)
     try:
         training.train(config, run_dir)
-    except USER_ERRORS as error:
+    except training.USER_ERRORS as error:
         raise SystemExit(f"error: {error}") from None
     print(f"Done. Weights: {os.path.join(run_dir, runs.FINAL_WEIGHTS)}; "
           f"logs: tensorboard --logdir {os.path.join(run_dir, runs.LOGS)}")

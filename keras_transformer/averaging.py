@@ -70,10 +70,14 @@ def average_run(run_dir, last=5, output=None):
     partial = os.path.join(os.path.dirname(output) or ".", "partial-" + os.path.basename(output))
     model.save_weights(partial, overwrite=True)
     os.replace(partial, output)
-    record = os.path.splitext(os.path.splitext(output)[0])[0] + ".json"
-    with open(record, "w", encoding="utf-8") as file:
+    with open(record_path(output), "w", encoding="utf-8") as file:
         json.dump({"checkpoints": [os.path.basename(path) for path in paths]}, file, indent=2)
     return output
+
+
+def record_path(weights_path):
+    """Returns where `average_run` records which checkpoints made `weights_path`."""
+    return os.path.splitext(os.path.splitext(weights_path)[0])[0] + ".json"
 
 
 def main(argv=None):

@@ -189,6 +189,44 @@ class TerminateOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
             "from a given batch on points at that batch's data.")
 
 
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `minutes` of wall-clock time have passed since it began.
+
+    Checked after every batch, so the overshoot is at most one step plus the end of the
+    epoch that Keras then finishes (validation and the epoch-end callbacks such as BLEU):
+    a stopped run ends like a finished one, with its final checkpoint and weights. Time
+    spent in callbacks counts. The clock starts with each `fit`, so a resumed run gets a
+    fresh budget.
+
+    Args:
+        minutes: float. The budget; must be positive.
+    """
+
+    def __init__(self, minutes):
+        super().__init__()
+        if not minutes or minutes <= 0:
+            raise ValueError(f"time_budget_minutes must be positive, got {minutes}.")
+        self.minutes = float(minutes)
+        self.stopped_at_step = None
+        self._start = None
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+        self.stopped_at_step = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.stopped_at_step is None and self.elapsed_minutes() >= self.minutes:
+            self.model.stop_training = True
+            self.stopped_at_step = int(keras.ops.convert_to_numpy(
+                self.model.optimizer.iterations))
+            print(f"\nTime budget of {self.minutes:g} min reached at weight update "
+                  f"{self.stopped_at_step}: finishing this epoch and stopping.", flush=True)
+
+    def elapsed_minutes(self):
+        """Minutes since training began (0 before it has)."""
+        return 0.0 if self._start is None else (time.monotonic() - self._start) / 60
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` whose files are never left half-written.
 

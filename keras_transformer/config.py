@@ -79,6 +79,9 @@ class TrainConfig:
     # Validation sentences whose translations (and the first one's cross-attention
     # maps) are written to TensorBoard every epoch. 0 turns it off.
     monitor_sentences: int = 0
+    # Wall-clock minutes after which training stops (at the end of the current epoch's
+    # validation, with the usual final checkpoint and weights); None: no limit.
+    time_budget_minutes: float | None = None
     seed: int = 0
 
 

@@ -82,6 +82,12 @@ def is_chief():
     return task.get("type") == "worker" and worker_index() == 0
 
 
+def worker_count():
+    """Number of training processes in the `TF_CONFIG` cluster (chief included); 1 outside."""
+    cluster = _tf_config().get("cluster") or {}
+    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
 def worker_index():
     """Index of this task in its `TF_CONFIG` cluster; 0 outside a cluster."""
     return int((_tf_config().get("task") or {}).get("index", 0))

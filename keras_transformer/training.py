@@ -16,13 +16,20 @@ import keras
 
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
-from keras_transformer import distribution, runs
+from keras_transformer import corpus, distribution, runs
+from keras_transformer import tokenizer as tokenizer_lib
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, TargetTokens
 from keras_transformer.schedules import WarmupInverseSqrtSchedule
 
+# Errors about the user's data, files or run, which command lines show as one line rather
+# than a traceback: each message names the file (or update) and the fix.
+USER_ERRORS = (corpus.CorpusError, corpus.CorpusFileNotFoundError,
+               tokenizer_lib.TokenizerFileError, runs.WeightsFileError,
+               callbacks_lib.NonFiniteLossError)
+
 # Fields that may differ when an existing run directory is trained again.
-_RESUMABLE_CHANGES = {("train", "epochs")}
+_RESUMABLE_CHANGES = {("train", "epochs"), ("train", "time_budget_minutes")}
 
 
 def train(config, run_dir, *, callbacks=(), verbose="auto"):
@@ -31,7 +38,8 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     The corpus is read and validated first: if that (or building the tokenizer) fails,
     a run directory this call created is removed again. On an existing run directory
     the saved tokenizer is reused and training resumes from `backup/`; the config must
-    match the saved one (only `train.epochs` may grow).
+    match the saved one (only `train.epochs` and `train.time_budget_minutes` may
+    change).
 
     Args:
         config: `Config`.
@@ -114,6 +122,14 @@ def make_callbacks(train_config, run_dir, extra=()):
     checkpoint_dir = os.path.join(run_dir, runs.CHECKPOINTS)
     callbacks = [callbacks_lib.TerminateOnNonFiniteLoss(checkpoint_dir),
                  callbacks_lib.ThroughputLogger()]
+    if train_config.time_budget_minutes is not None:
+        if distribution.worker_count() > 1:
+            # Each worker would read its own clock, and one stopping before the others
+            # leaves them waiting in a collective for ever.
+            raise ValueError("train.time_budget_minutes works on one machine only; in a "
+                             "worker cluster, limit the run with train.epochs or "
+                             "train.steps_per_epoch instead.")
+        callbacks.append(callbacks_lib.TimeBudget(train_config.time_budget_minutes))
     if distribution.is_chief():
         callbacks.append(callbacks_lib.RollingCheckpoint(
             checkpoint_dir, every, train_config.keep_checkpoints))
@@ -160,7 +176,6 @@ def prepare_run_dir(config, run_dir, train_text):
 
     The returned config has `model.vocabulary_size` equal to the tokenizer's.
     """
-    from keras_transformer import tokenizer as tokenizer_lib
     tokenizer_dir = os.path.join(run_dir, runs.TOKENIZER)
     if os.path.isdir(tokenizer_dir):
         tokenizer = tokenizer_lib.Tokenizer.load(tokenizer_dir)
@@ -204,7 +219,6 @@ def make_datasets(config, tokenizer, splits):
 
 def _read_corpus(data_config):
     """Reads and validates the training and validation text (raises on bad data)."""
-    from keras_transformer import corpus
     return {split: corpus.load_split(data_config, split) for split in ("train", "validation")}
 
 

@@ -192,3 +192,25 @@ def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
     assert monitor.sources == list(validation.source_lines[:3])
     off = config_lib.override(config, ["bleu_sentences=0", "monitor_sentences=0"])
     assert training.make_translation_callbacks(off.train, str(tmp_path), validation) == []
+
+
+def test_time_budget_stops_after_the_batch_that_exceeds_it(monkeypatch):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(), "mse")
+    clock = iter(range(0, 10_000, 30))  # every reading of the clock is 30 s later
+    monkeypatch.setattr(callbacks_lib.time, "monotonic", lambda: next(clock))
+    budget = callbacks_lib.TimeBudget(minutes=2)  # begins at 0 s, batch k ends at 30k s
+    features, targets = np.ones((40, 2)), np.ones((40, 1))
+    history = model.fit(features, targets, batch_size=4, epochs=3, callbacks=[budget],
+                        verbose=0)
+    assert budget.stopped_at_step == 4 and int(model.optimizer.iterations) == 4
+    assert len(history.epoch) == 1  # the epoch ends, and no other begins
+
+
+def test_time_budget_is_refused_in_a_worker_cluster(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, '
+                                    '"task": {"type": "worker", "index": 1}}')
+    with pytest.raises(ValueError, match="time_budget_minutes"):
+        training.make_callbacks(config_lib.TrainConfig(time_budget_minutes=5), "unused")
+    with pytest.raises(ValueError, match="positive"):
+        callbacks_lib.TimeBudget(0)
