@@ -92,13 +92,13 @@ def test_cold_start_times_a_fresh_process(tmp_path):
     assert result["saved_model_mb"] > 0
 
 
-def test_fused_loss_matches_ours(tmp_path):
+def test_logsumexp_loss_matches_ours(tmp_path):
     path = tmp_path / "loss.json"
     loss_step.main(["--batch", "3", "--length", "4", "--vocabulary-size", "11",
                     "--calls", "1", "--json", str(path)])
     result = json.loads(path.read_text())
-    ours, fused = result["rows"]
-    assert fused["value"] == pytest.approx(ours["value"], rel=1e-6)
+    ours, logsumexp = result["rows"]
+    assert logsumexp["value"] == pytest.approx(ours["value"], rel=1e-6)
     assert result["max_gradient_difference"] < 1e-6
 
 
