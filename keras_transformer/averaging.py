@@ -35,7 +35,7 @@ def average_weights(model, paths):
         raise ValueError("No checkpoints to average.")
     totals = None
     for path in paths:
-        model.load_weights(path)
+        runs.load_weights(model, path)  # a corrupt or foreign file is named in the error
         weights = [np.asarray(value, dtype=np.float64) for value in model.get_weights()]
         totals = weights if totals is None else [a + b for a, b in zip(totals, weights)]
     model.set_weights([(total / len(paths)).astype(variable.dtype)
@@ -91,7 +91,10 @@ def main(argv=None):
     parser.add_argument("--output", default=None,
                         help="weights file to write (default: RUN_DIR/averaged.weights.h5)")
     arguments = parser.parse_args(argv)
-    path = average_run(arguments.run_dir, arguments.last, arguments.output)
+    try:
+        path = average_run(arguments.run_dir, arguments.last, arguments.output)
+    except (ValueError, OSError) as error:  # WeightsFileError and a bad config included
+        raise SystemExit(f"error: {error}") from None
     print(f"Wrote {path}")
 
 

@@ -85,3 +85,14 @@ def test_find_weights_prefers_the_newest_file(run_with_checkpoints):
 def test_no_checkpoints_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         averaging.average_run(str(tmp_path))
+
+
+def test_a_truncated_checkpoint_is_named_in_the_error(run_with_checkpoints, capsys):
+    run_dir, _, _ = run_with_checkpoints
+    damaged = list_checkpoints(run_dir / runs.CHECKPOINTS)[-2]
+    with open(damaged, "r+b") as file:
+        file.truncate(os.path.getsize(damaged) // 2)
+    with pytest.raises(SystemExit) as raised:
+        averaging.main([str(run_dir), "--last", "3"])
+    assert str(raised.value).startswith("error: ") and damaged in str(raised.value)
+    assert not os.path.exists(run_dir / runs.AVERAGED_WEIGHTS)
