@@ -1,18 +1,22 @@
-"""The per-step ops of cached decoding, as written and in the alternatives proposed.
+"""The per-step ops of cached decoding: the original patterns, alternatives, the model's.
 
-The decoding profile at batch 32 (`profile_ops` around `greedy_decode`) is dominated by
-ops whose cost grows with the cache length, not by the model's matmuls: the full-cache
-select that writes one position (`ops.where`), and the transposes of the cached keys
-and values into the head-major layout that `attention_weights` multiplies in. This
-script times `--steps` loop iterations of each pattern and its alternative inside
-one `tf.function` per variant, alternating variants, on tensors of one layer's cache:
+The decoding profile at batch 32 (`profile_ops` around `greedy_decode`) of the first
+cached decoder was dominated by ops whose cost grows with the cache length, not by the
+model's matmuls: the full-cache select that wrote one position (`ops.where`), and the
+transposes of the cached keys and values into the head-major layout that
+`attention_weights` multiplies in. This script times `--steps` loop iterations of each
+pattern inside one `tf.function` per variant, alternating variants, on tensors of one
+layer's cache. For each pattern: the original code, the alternative first measured, and
+what the model does now (imported from it, so this keeps timing the real code):
 
-- cache write: `where(position == index, new, cache)` vs `tf.tensor_scatter_nd_update`
-  of the one position (batch-major cache `(B, C, H, K)`);
-- attention read: transpose the cache every step (as now) vs keep it head-major
-  `(B, H, C, K)` (transpose once, outside the loop);
-- output projection: `matmul(h, transpose(E))` (transposed weights, as tied) vs a
-  `(D, V)` copy made once per decode call.
+- cache write: `where(position == index, new, cache)`; `tf.tensor_scatter_nd_update` of
+  one row per sentence (batch-major cache `(B, C, H, K)`); the model's `write_position`
+  (head-first cache `(B, H, C, K)`, one row per sentence and head);
+- attention read: transpose the cache every step; keys kept `(B, H, K, C)` and values
+  `(B, H, C, K)`, transposed once outside the loop; the model's `head_first_attention`
+  on a head-first cache;
+- output projection: `matmul(h, transpose(E))` (transposed weights, as tied); a `(D, V)`
+  copy made once per decode call; the model's `tied_step_logits`, (E·hᵀ)ᵀ.
 
     python -m benchmarks.decode_step_ops                 # batch 32, cache 50, d 256
 """
@@ -27,6 +31,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import common  # noqa: E402
+from keras_transformer.layers.attention import head_first_attention  # noqa: E402
+from keras_transformer.layers.decoder_layer import write_position  # noqa: E402
+from keras_transformer.model import tied_step_logits  # noqa: E402
 
 
 def parse_arguments(argv=None):
@@ -64,6 +71,11 @@ def variants(arguments):
         rows = tf.stack([tf.range(b), tf.fill([b], i)], axis=1)  # (B, 2)
         return tf.tensor_scatter_nd_update(s, rows, new[:, 0])
 
+    head_first = tf.transpose(cache, (0, 2, 1, 3))  # (B, H, C, K)
+
+    def model_write(i, s):
+        return write_position(s, i, tf.transpose(new, (0, 2, 1, 3)))
+
     def read_transposed(i, s):
         keys = tf.transpose(cache, (0, 2, 3, 1))  # (B, H, K, C), every step
         values = tf.transpose(cache, (0, 2, 1, 3))  # (B, H, C, K)
@@ -75,6 +87,9 @@ def variants(arguments):
     def read_head_major(i, s):
         return s + tf.matmul(tf.nn.softmax(tf.matmul(query, keys_once)), values_once)
 
+    def model_read(i, s):
+        return s + head_first_attention(query, head_first, head_first)
+
     def project_transposed(i, s):
         return s + tf.matmul(hidden, embeddings, transpose_b=True)
 
@@ -83,15 +98,22 @@ def variants(arguments):
     def project_once(i, s):
         return s + tf.matmul(hidden, projection_once)
 
+    def model_project(i, s):
+        return s + tied_step_logits(hidden, embeddings)
+
     logits = tf.zeros((b, v))
     return {("cache write", "where over the cache"): loop(where_write, cache),
             ("cache write", "scatter one position"): loop(scatter_write, cache),
+            ("cache write", "model: write_position"): loop(model_write, head_first),
             ("attention read", "transpose every step"): loop(read_transposed,
                                                              tf.zeros_like(query)),
             ("attention read", "head-major cache"): loop(read_head_major,
                                                          tf.zeros_like(query)),
+            ("attention read", "model: head_first_attention"): loop(model_read,
+                                                                    tf.zeros_like(query)),
             ("output projection", "transposed E"): loop(project_transposed, logits),
-            ("output projection", "(D, V) copy once"): loop(project_once, logits)}
+            ("output projection", "(D, V) copy once"): loop(project_once, logits),
+            ("output projection", "model: tied_step_logits"): loop(model_project, logits)}
 
 
 def main(argv=None):

@@ -39,7 +39,8 @@ class Transformer(keras.Model):
             trains deep stacks stably with little warmup).
         layer_norm_epsilon: float. Epsilon of every layer normalisation.
         use_fused_attention: bool. Use `keras.ops.dot_product_attention` (fused GPU
-            kernels) wherever attention weights are not requested.
+            kernels) wherever attention weights are not requested, except in the
+            one-position steps of cached decoding.
         **kwargs: passed to `keras.Model`.
 
     Call arguments:
@@ -189,13 +190,15 @@ class Transformer(keras.Model):
         """Returns the decoding cache for `max_length` target positions.
 
         A dict of tensors with the batch on axis 0 (so beam search reorders it with one
-        `gather` per tensor): per-layer lists `self_keys`/`self_values` `(B, max_length,
-        H, K)` (zeros, filled step by step), `cross_keys`/`cross_values` `(B, S, H, K)`
-        (the encoder output projected once), and `source_padding_mask` `(B, S)`.
+        `gather` per tensor): per-layer lists `self_keys`/`self_values` `(B, H,
+        max_length, K)` (zeros, filled step by step), `cross_keys`/`cross_values` `(B, H,
+        S, K)` (the encoder output projected once), and `source_padding_mask` `(B, S)`.
+        Keys and values are head-first, the layout the attention multiplies in, so no
+        step transposes them.
         """
         batch = ops.shape(encoder_output)[0]
         head_dim = self.hidden_dim // self.num_heads
-        empty = ops.zeros((batch, max_length, self.num_heads, head_dim), encoder_output.dtype)
+        empty = ops.zeros((batch, self.num_heads, max_length, head_dim), encoder_output.dtype)
         cross_keys, cross_values = self.decoder.project_encoder_output(encoder_output)
         return {
             "self_keys": [empty] * self.num_layers,
@@ -221,12 +224,31 @@ class Transformer(keras.Model):
                                    training=False)  # (B, 1, D)
         cross_mask = masks.key_padding_attention_mask(cache["source_padding_mask"])
         x, cache = self.decoder.decode_step(x, cache, index, cross_mask)  # (B, 1, D)
-        return self._logits(x)[:, 0, :], cache
+        return self._step_logits(x[:, 0, :]), cache
+
+    def _step_logits(self, hidden):
+        """Returns float32 logits `(B, V)` for one position's hidden state `(B, D)`."""
+        if self.output_projection is None:
+            logits = tied_step_logits(hidden, self.shared_embedding.embeddings)
+        else:
+            logits = self.output_projection(hidden)
+        return ops.cast(logits, "float32")
 
     def get_config(self):
         return {**super().get_config(),
                 **{field.name: getattr(self, field.name)
                    for field in dataclasses.fields(config_lib.ModelConfig)}}
+
+
+def tied_step_logits(hidden, embeddings):
+    """Returns logits `(B, V)` = h·Eᵀ of hidden states `(B, D)`, computed as (E·hᵀ)ᵀ.
+
+    The tied projection of a decoding step (§3.4). Multiplying the `(V, D)` matrix as
+    stored and transposing only the small `(B, V)` result avoids transposing all `V·D`
+    weights at every step, which `h·Eᵀ` costs; the products are the same.
+    """
+    embeddings = ops.cast(embeddings, hidden.dtype)
+    return ops.transpose(ops.matmul(embeddings, ops.transpose(hidden)))  # (B, V)
 
 
 def _check_arguments(**arguments):

@@ -291,3 +291,31 @@ def test_beam_search_traces_with_a_static_batch_of_one(model):
     np.testing.assert_array_equal(
         traced(source_ids).numpy(),
         decoding.beam_search(model, source_ids, max_length=3).ids.numpy())
+
+
+def test_gathering_cache_rows_reorders_the_hypotheses(model):
+    # Beam search reorders hypotheses by gathering axis 0 of every cache tensor: after
+    # the gather, steps must continue exactly as if the reordered rows had been decoded
+    # from the start.
+    source_ids = padded(SOURCES[:2])
+    targets = np.array([[START, 20, 21, 22, 23], [START, 30, 31, 32, 33]], np.int32)
+    rows = np.array([1, 0, 1])
+    step = tf.function(model.decode_step)
+
+    def run(source_ids, cache, targets, indices):
+        logits = []
+        for index in indices:
+            step_logits, cache = step(tf.constant(targets[:, index]), cache,
+                                      tf.constant(index))
+            logits.append(step_logits.numpy())
+        return logits, cache
+
+    cache = model.init_cache(model.encode(source_ids), source_ids, 6)
+    _, cache = run(source_ids, cache, targets, range(3))
+    cache = tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), cache)
+    reordered, _ = run(source_ids, cache, targets[rows], range(3, 5))
+
+    fresh_sources = source_ids[rows]
+    fresh = model.init_cache(model.encode(fresh_sources), fresh_sources, 6)
+    expected, _ = run(fresh_sources, fresh, targets[rows], range(5))
+    np.testing.assert_allclose(reordered, expected[3:], atol=1e-5)

@@ -47,3 +47,30 @@ def test_post_layer_norm_output_is_normalised_and_pre_layer_norm_is_not():
 def test_stacks_have_the_requested_number_of_layers():
     assert len(Encoder(3, 16, 2).encoder_layers) == 3
     assert len(Decoder(4, 16, 2).decoder_layers) == 4
+
+
+def test_decode_step_writes_the_full_pass_projections_at_its_position_only():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 4, 8)).astype("float32")
+    encoder_output = rng.normal(size=(2, 6, 8)).astype("float32")
+    layer = DecoderLayer(intermediate_dim=16, num_heads=2, dropout=0.0)
+    full = ops.convert_to_numpy(layer(x, encoder_output, self_attention_mask=np.tril(
+        np.ones((1, 4, 4), bool))))
+    cross_keys, cross_values = layer.project_encoder_output(encoder_output)
+    # Post-LN: self-attention sees the layer input itself, so the cache must hold the
+    # key/value projections of `x`, head-first.
+    expected_keys, expected_values = (
+        ops.convert_to_numpy(t) for t in layer.self_attention.project_cached_key_value(x, x))
+    empty = np.zeros((2, 2, 7, 4), "float32")  # (B, H, T_max, K), T_max beyond T
+    cache = {"self_keys": empty, "self_values": empty, "cross_keys": cross_keys,
+             "cross_values": cross_values}
+    for index in range(4):
+        step, cache = layer.decode_step(x[:, index:index + 1], cache, index,
+                                        np.ones((2, 1, 6), bool))
+        np.testing.assert_allclose(ops.convert_to_numpy(step)[:, 0], full[:, index],
+                                   rtol=1e-5, atol=1e-5)
+        for name, expected in (("self_keys", expected_keys), ("self_values", expected_values)):
+            written = ops.convert_to_numpy(cache[name])
+            np.testing.assert_allclose(written[:, :, :index + 1], expected[:, :, :index + 1],
+                                       rtol=1e-6, atol=1e-6)
+            np.testing.assert_array_equal(written[:, :, index + 1:], 0.0)

@@ -50,6 +50,33 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=N
     return weighted_values(weights, value), weights
 
 
+def head_first_attention(query, key, value, attention_mask=None, scale=None):
+    """Attention(Q, K, V) on head-first tensors, the layout of the decoding cache.
+
+    The same function as `scaled_dot_product_attention`, for tensors already laid out
+    `(B, H, L, K)`: the cached keys and values are read as stored, with no transpose
+    of the cache at every decoding step.
+
+    Args:
+        query: float tensor `(B, H, T, K)`.
+        key: float tensor `(B, H, S, K)`.
+        value: float tensor `(B, H, S, K_v)`.
+        attention_mask: optional bool tensor broadcastable to `(B, T, S)`.
+        scale: float. Defaults to `1/√K`.
+
+    Returns:
+        `(B, H, T, K_v)`.
+    """
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    # Contracting the last axes of both multiplies by the transposed keys without
+    # materialising them (a batched matmul with adjoint keys).
+    scores = ops.cast(ops.einsum("bhtk,bhsk->bhts", query, key), "float32") * scale
+    if attention_mask is not None:
+        scores = ops.where(ops.expand_dims(attention_mask, 1), scores, _MASKED_SCORE)
+    weights = ops.softmax(scores, axis=-1)  # (B, H, T, S)
+    return ops.matmul(ops.cast(weights, value.dtype), value)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention: `h` heads of scaled dot-product attention, concatenated.
@@ -58,7 +85,9 @@ class MultiHeadAttention(keras.layers.Layer):
     attends in each (§3.2.1), concatenates the heads and projects back (§3.2.2). The
     boolean `attention_mask` says which keys each query may see; callers build it from
     token ids (see `masks.py`). Keys and values can be projected once and reused
-    (`project_key_value` + `attend`), which is what cached decoding does.
+    (`project_key_value` + `attend`). Cached decoding does the same in the head-first
+    layout `(B, H, L, K)` (`project_cached_key_value` + `attend_cached`), so that a
+    decoding step reads its cache without transposing it.
 
     The fused path calls `keras.ops.dot_product_attention` (cuDNN/flash kernels on GPU)
     and computes the same function; it is used only when weights are not requested and
@@ -136,6 +165,25 @@ class MultiHeadAttention(keras.layers.Layer):
         """Returns the per-head keys and values `(B, S, H, K)`, to attend to repeatedly."""
         return (self._split_heads(self.key_projection(key)),
                 self._split_heads(self.value_projection(value)))
+
+    def project_cached_key_value(self, key, value):
+        """Returns the keys and values head-first, `(B, H, S, K)`, for a decoding cache."""
+        keys, values = self.project_key_value(key, value)  # (B, S, H, K)
+        return ops.transpose(keys, (0, 2, 1, 3)), ops.transpose(values, (0, 2, 1, 3))
+
+    def attend_cached(self, query, keys, values, attention_mask=None):
+        """Attends from `query` `(B, T, D)` to head-first `keys`/`values` `(B, H, S, K)`.
+
+        Inference only (no dropout, no weights returned). Never fused: with the one
+        query position of a decoding step there is nothing for a fused kernel to save.
+        """
+        query_heads = ops.transpose(self._split_heads(self.query_projection(query)),
+                                    (0, 2, 1, 3))  # (B, H, T, K)
+        context = head_first_attention(query_heads, keys, values, attention_mask)  # (B, H, T, K)
+        batch, length = ops.shape(query)[0], ops.shape(query)[1]
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
+                              (batch, length, self.num_heads * self.head_dim))
+        return self.output_projection(context)  # (B, T, output_dim)
 
     def attend(self, query, keys, values, attention_mask=None,
                return_attention_scores=False, training=None):

@@ -110,16 +110,20 @@ class DecoderLayer(keras.layers.Layer):
         return (x, scores) if return_attention_scores else x
 
     def project_encoder_output(self, encoder_output):
-        """Returns the cross-attention keys and values `(B, S, H, K)`, once per sentence."""
-        return self.cross_attention.project_key_value(encoder_output, encoder_output)
+        """Returns the cross-attention keys and values `(B, H, S, K)`, once per sentence."""
+        return self.cross_attention.project_cached_key_value(encoder_output, encoder_output)
 
     def decode_step(self, x, cache, index, cross_attention_mask):
         """Runs one target position against the cache of this layer.
 
+        The cache is head-first, as the attention reads it (see
+        `MultiHeadAttention.attend_cached`), and only position `index` is written
+        (`write_position`).
+
         Args:
             x: float tensor `(B, 1, D)`, the embedded token at position `index`.
-            cache: dict of `(B, T_max, H, K)` `self_keys`/`self_values` (positions
-                before `index` filled) and `(B, S, H, K)` `cross_keys`/`cross_values`.
+            cache: dict of `(B, H, T_max, K)` `self_keys`/`self_values` (positions
+                before `index` filled) and `(B, H, S, K)` `cross_keys`/`cross_values`.
             index: scalar int tensor, the position of `x`.
             cross_attention_mask: bool `(B, 1, S)`: source padding.
 
@@ -127,21 +131,18 @@ class DecoderLayer(keras.layers.Layer):
             `(x, cache)`: `(B, 1, D)` and the cache with position `index` written.
         """
         cache = dict(cache)
-        cache_length = ops.shape(cache["self_keys"])[1]
+        cache_length = ops.shape(cache["self_keys"])[2]
 
         def self_attend(h):
-            keys, values = self.self_attention.project_key_value(h, h)  # (B, 1, H, K)
-            # Write position `index` with a select, not a scatter: static shapes and
-            # builtin ops, so the loop also converts to TFLite.
-            write = ops.reshape(ops.arange(cache_length) == index, (1, -1, 1, 1))
-            cache["self_keys"] = ops.where(write, keys, cache["self_keys"])
-            cache["self_values"] = ops.where(write, values, cache["self_values"])
+            keys, values = self.self_attention.project_cached_key_value(h, h)  # (B, H, 1, K)
+            cache["self_keys"] = write_position(cache["self_keys"], index, keys)
+            cache["self_values"] = write_position(cache["self_values"], index, values)
             visible = ops.expand_dims(causal_mask(1, cache_length, query_offset=index), 0)  # (1, 1, T_max)
-            return self.self_attention.attend(
+            return self.self_attention.attend_cached(
                 h, cache["self_keys"], cache["self_values"], visible)
 
         def cross_attend(h):
-            return self.cross_attention.attend(
+            return self.cross_attention.attend_cached(
                 h, cache["cross_keys"], cache["cross_values"], cross_attention_mask)
 
         x = self._sublayers(x, self_attend, cross_attend, training=False)  # (B, 1, D)
@@ -159,3 +160,21 @@ class DecoderLayer(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "use_fused_attention": self.use_fused_attention}
+
+
+def write_position(cache, index, new):
+    """Returns `cache` `(B, H, T_max, K)` with position `index` set to `new` `(B, H, 1, K)`.
+
+    A scatter of the `B·H` rows of one position (`TensorScatterUpdate`, a core op) instead
+    of a select that reads and rewrites every position at every step. TensorFlow updates
+    the cache buffer in place when it can (else it copies it once); TFLite lowers the
+    scatter to builtins (`SCATTER_ND` and arithmetic over the cache), as it has no
+    builtin for this op. Shapes stay static, for TFLite and XLA.
+    """
+    _, heads, length, head_dim = ops.shape(cache)
+    rows = ops.reshape(cache, (-1, length, head_dim))  # (B·H, T_max, K)
+    count = ops.shape(rows)[0]
+    indices = ops.stack([ops.arange(count, dtype="int32"),
+                         ops.full((count,), index, "int32")], axis=1)  # (B·H, 2)
+    rows = ops.scatter_update(rows, indices, ops.reshape(new, (-1, head_dim)))
+    return ops.reshape(rows, (-1, heads, length, head_dim))
