@@ -1,10 +1,11 @@
-"""Small training callbacks Keras lacks: throughput, step summaries, rolling checkpoints."""
+"""Small training callbacks Keras lacks: throughput, step summaries, rolling checkpoints.
 
-import json
+The resumable backup is in `keras_transformer.backup`.
+"""
+
 import math
 import os
 import re
-import shutil
 import time
 
 import keras
@@ -225,83 +226,3 @@ class TimeBudget(keras.callbacks.Callback):
     def elapsed_minutes(self):
         """Minutes since training began (0 before it has)."""
         return 0.0 if self._start is None else (time.monotonic() - self._start) / 60
-
-
-class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore` whose files are never left half-written.
-
-    Keras 3.15 writes `latest.weights.h5` and `training_metadata.json` in place, so a
-    process killed during a write leaves a corrupt file: a corrupt weights file is
-    skipped for the `.bkp` copy, but an empty metadata file stops every restart with a
-    JSON error. Here each file (and each `.bkp` copy) is written under a temporary name
-    and renamed over the old one. Restoring is Keras's: weights, optimizer state and the
-    epoch number, after which the interrupted epoch starts again from its first batch
-    (neither the position in the epoch nor the tf.data iterator is restored).
-
-    Two fixes to the epoch it records: Keras 3.15 restores the epoch into the model but
-    not into the callback, so backups written after a restart said epoch 0 and a second
-    interruption started the run over; and a backup taken at an epoch's last batch now
-    resumes with the next epoch instead of repeating the finished one.
-
-    Args:
-        backup_dir: str. Where the backup lives.
-        restore_only: bool. Restore at the start but never write: for the workers of a
-            cluster other than the chief, which all restore the chief's backup so that
-            every worker resumes from the same state.
-        **kwargs: passed to `keras.callbacks.BackupAndRestore`.
-    """
-
-    def __init__(self, backup_dir, restore_only=False, **kwargs):
-        super().__init__(backup_dir, **kwargs)
-        self.restore_only = restore_only
-
-    def on_train_begin(self, logs=None):
-        if not self.restore_only and os.path.isdir(self.backup_dir):
-            for name in os.listdir(self.backup_dir):  # left by a process killed mid-write
-                if name.startswith("partial-"):
-                    os.remove(os.path.join(self.backup_dir, name))
-        try:
-            super().on_train_begin(logs)
-        except (OSError, ValueError) as error:
-            raise OSError(
-                f"{self.backup_dir}: cannot restore the training backup ({error}). "
-                "Restore the folder from a copy, or remove it to train this run again "
-                "from the start.") from error
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._current_epoch = epoch
-
-    def _save_model(self):
-        if self.restore_only:
-            return
-        epoch = self._current_epoch
-        steps = (self.params or {}).get("steps")
-        if steps and self._last_batch_seen + 1 >= steps:
-            epoch += 1  # the epoch's last batch: nothing of it is left to run
-        os.makedirs(self.backup_dir, exist_ok=True)
-        if self.double_checkpoint:
-            for current, previous in ((self._weights_path, self._prev_weights_path),
-                                      (self._training_metadata_path,
-                                       self._prev_training_metadata_path)):
-                if os.path.exists(current):
-                    _replace_atomically(previous,
-                                        lambda path: shutil.copyfile(current, path))
-        _replace_atomically(self._weights_path, lambda path: self.model.save_weights(
-            path, overwrite=True))
-        metadata = json.dumps({"epoch": epoch, "batch": self._last_batch_seen})
-        _replace_atomically(self._training_metadata_path,
-                            lambda path: _write_text(path, metadata))
-
-
-def _replace_atomically(path, write):
-    """Calls `write(temporary)` then renames the temporary file to `path`."""
-    # Keras insists that weight files end in ".weights.h5": prefix, do not suffix.
-    directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f"partial-{name}")
-    write(temporary)
-    os.replace(temporary, path)
-
-
-def _write_text(path, text):
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(text)

@@ -12,6 +12,9 @@ Public API:
         inputs = {"source_ids": int32 (B, S), "target_ids": int32 (B, T)},
         targets: int32 (B, T), loss_weights: float32 (B, T).
     - `tokenize_pairs(parallel_text, tokenizer, *, max_length) -> TokenizedPairs`.
+    - `tokenize_split(parallel_text, tokenizer, *, max_length) -> TokenizedPairs` and
+      `batch_pairs(pairs, *, batch_tokens, max_length, ...) -> tf.data.Dataset`, the two
+      halves of `make_dataset`, and `batches_per_pass(pairs, ...) -> int`.
     - `bucket_boundaries(max_length)` and `bucket_batch_sizes(boundaries, batch_tokens)`.
 
 Sequences (ids from `keras_transformer.tokenizer`; padding is `PAD_ID = 0`):
@@ -30,6 +33,7 @@ B, so each of N replicas sees about `batch_tokens / N` tokens per side.
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
@@ -115,50 +119,139 @@ def bucket_batch_sizes(boundaries, max_length, batch_tokens):
 
 
 def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=True,
-                 shuffle_buffer=None, seed=0, repeat=False, verbose=True):
+                 seed=0, repeat=False, start_batch=0, verbose=True):
     """Builds the training (or evaluation) pipeline of one split.
+
+    Tokenizes with `tokenize_pairs`, then batches with `batch_pairs` (see there for the
+    order of the batches).
 
     Args:
         parallel_text: `keras_transformer.corpus.ParallelText`.
         tokenizer: `keras_transformer.tokenizer.Tokenizer`.
         batch_tokens: int. Token budget per batch and side (global under a strategy).
         max_length: int. The model's `max_length`; longer pairs are dropped.
-        shuffle: bool. Shuffle pairs (anew each epoch) before bucketing.
-        shuffle_buffer: int. Shuffle buffer size; defaults to the whole split.
+        shuffle: bool. Shuffle the pairs of every pass before bucketing.
         seed: int. Shuffle seed: the same seed gives the same batches.
-        repeat: bool. Repeat forever (then pass `steps_per_epoch` to `fit`).
+        repeat: bool. Pass over the data again and again, forever (then pass
+            `steps_per_epoch` to `fit`).
+        start_batch: int. Number of batches of the stream to leave out at its start.
         verbose: bool. Print one line with the number of pairs dropped as too long.
 
     Returns:
         A `tf.data.Dataset` of `(inputs, targets, loss_weights)` (see module docstring).
     """
+    pairs = tokenize_split(parallel_text, tokenizer, max_length=max_length, verbose=verbose)
+    return batch_pairs(pairs, batch_tokens=batch_tokens, max_length=max_length,
+                       shuffle=shuffle, seed=seed, repeat=repeat, start_batch=start_batch)
+
+
+def tokenize_split(parallel_text, tokenizer, *, max_length, verbose=True):
+    """`tokenize_pairs` for batching: reports what was dropped, refuses an empty result.
+
+    Args:
+        parallel_text: `keras_transformer.corpus.ParallelText`.
+        tokenizer: `keras_transformer.tokenizer.Tokenizer`.
+        max_length: int. Longest sequence kept, START and END included.
+        verbose: bool. Print one line with the number of pairs dropped as too long.
+
+    Returns:
+        A `TokenizedPairs` with at least one pair.
+    """
     pairs = tokenize_pairs(parallel_text, tokenizer, max_length=max_length)
-    count = pairs.source_ids.nrows()
+    count = int(pairs.source_ids.nrows())
     if verbose:
-        print(f"Batching {int(count)} pairs; {pairs.num_too_long} dropped as longer than "
+        print(f"Batching {count} pairs; {pairs.num_too_long} dropped as longer than "
               f"max_length={max_length}.", flush=True)
-    if int(count) == 0:
+    if count == 0:
         raise ValueError(f"No pair of {parallel_text.source_file} / "
                          f"{parallel_text.target_file} fits max_length={max_length}.")
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (pairs.source_ids, pairs.target_ids, pairs.targets))
-    # Rows of a RaggedTensor arrive as ragged specs, which `padded_batch` refuses; a map
-    # turns them into plain 1-D tensors.
-    dataset = dataset.map(lambda *row: row)
-    if shuffle:
-        dataset = dataset.shuffle(shuffle_buffer or int(count), seed=seed,
-                                  reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
+    return pairs
+
+
+def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat=False,
+                start_batch=0):
+    """Cuts tokenized pairs into length-bucketed batches, pass after pass.
+
+    Pass `p` over the data (numbered from 0) visits the pairs in the order of a
+    permutation drawn from `(seed, p)` by a stateless op: the batches are a function of
+    the seed and their position in the stream alone, whatever ran before in this
+    process (iterators made earlier, the global TensorFlow seed). So a training run that
+    resumes in a fresh process gets, from `start_batch` on, exactly the batches the
+    uninterrupted run got. Each pass is bucketed on its own, so no batch mixes two
+    passes and every pass has `batches_per_pass` batches, its last ones partial.
+
+    Args:
+        pairs: `TokenizedPairs` with at least one pair.
+        batch_tokens: int. Token budget per batch and side.
+        max_length: int. The model's `max_length` (the last bucket's upper bound).
+        shuffle: bool. Permute the pairs of each pass; if not, keep their order.
+        seed: int. Seed of the permutations.
+        repeat: bool. Passes 0, 1, 2, … forever; if not, pass 0 alone (the same batches
+            each time the dataset is iterated).
+        start_batch: int. Batches of the stream to leave out at its start: whole passes
+            are skipped without being computed, the rest of one pass is.
+
+    Returns:
+        A `tf.data.Dataset` of `(inputs, targets, loss_weights)` (see module docstring).
+    """
+    count = pairs.source_ids.nrows()
     boundaries = bucket_boundaries(max_length)
-    dataset = dataset.bucket_by_sequence_length(
-        element_length_func=_pair_length,
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=bucket_batch_sizes(boundaries, max_length, batch_tokens),
-        padding_values=(PAD_ID, PAD_ID, PAD_ID))
+    batch_sizes = bucket_batch_sizes(boundaries, max_length, batch_tokens)
+    rows = (pairs.source_ids, pairs.target_ids, pairs.targets)
+
+    def one_pass(pass_index):
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(count), seed=tf.stack([tf.cast(seed, tf.int64), pass_index]))
+            # Rows of a RaggedTensor picked one by one come out as plain 1-D tensors,
+            # the form `padded_batch` needs.
+            dataset = tf.data.Dataset.from_tensor_slices(order).map(
+                lambda index: tuple(row[index] for row in rows),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        else:
+            # Sliced rows arrive as ragged specs, which `padded_batch` refuses; a map
+            # turns them into plain 1-D tensors.
+            dataset = tf.data.Dataset.from_tensor_slices(rows).map(lambda *row: row)
+        return dataset.bucket_by_sequence_length(
+            element_length_func=_pair_length,
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=batch_sizes,
+            padding_values=(PAD_ID, PAD_ID, PAD_ID))
+
+    if repeat:
+        per_pass = batches_per_pass(pairs, batch_tokens=batch_tokens, max_length=max_length)
+        first_pass, start_batch = divmod(start_batch, per_pass)
+        dataset = tf.data.Dataset.counter(first_pass).flat_map(one_pass)
+    else:
+        dataset = one_pass(tf.constant(0, tf.int64))
+    dataset = dataset.skip(start_batch)
     dataset = dataset.map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def batches_per_pass(pairs, *, batch_tokens, max_length):
+    """Number of batches `batch_pairs` makes of one pass over `pairs`, whatever the order.
+
+    Each bucket ends a pass with one partial batch (if its pair count is not a multiple
+    of its batch size), so the count is the sum over buckets of ⌈pairs / batch size⌉.
+
+    Args:
+        pairs: `TokenizedPairs`.
+        batch_tokens: int. Token budget per batch and side.
+        max_length: int. The model's `max_length`.
+
+    Returns:
+        An int.
+    """
+    boundaries = bucket_boundaries(max_length)
+    batch_sizes = bucket_batch_sizes(boundaries, max_length, batch_tokens)
+    lengths = np.maximum(pairs.source_ids.row_lengths().numpy(),
+                         pairs.target_ids.row_lengths().numpy())  # as `_pair_length`
+    # Bucket i holds lengths in [boundaries[i-1], boundaries[i]).
+    buckets = np.searchsorted(boundaries, lengths, side="right")
+    counts = np.bincount(buckets, minlength=len(batch_sizes))
+    return int(sum(-(-count // size) for count, size in zip(counts, batch_sizes)))
 
 
 def _pair_length(source_ids, target_ids, targets):

@@ -6,8 +6,9 @@ Layout (names are the constants below):
       config.json             the full Config; model.vocabulary_size is the tokenizer's
       tokenizer/              trained once from the training text, reused on restart
       checkpoints/            step-<update>.weights.h5, the newest `keep_checkpoints`
-      backup/                 keras.callbacks.BackupAndRestore state (weights, optimizer,
-                              epoch): re-running the same command resumes from it
+      backup/                 backup.AtomicBackupAndRestore state (weights, optimizer,
+                              random generators, epoch and batch): re-running the same
+                              command resumes from it, on the batch where it stopped
       logs/train, logs/validation   TensorBoard event files
       model.weights.h5        weights when training finished
       averaged.weights.h5     written by `python -m keras_transformer.averaging RUN_DIR`

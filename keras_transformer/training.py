@@ -14,6 +14,7 @@ import warnings
 
 import keras
 
+from keras_transformer import backup as backup_lib
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
 from keras_transformer import corpus, distribution, runs
@@ -55,7 +56,10 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     try:
         splits = _read_corpus(config.data)
         config, tokenizer = prepare_run_dir(config, run_dir, splits["train"])
-        train_data, validation_data = make_datasets(config, tokenizer, splits)
+        # The data resume where the backup does; the backup callback restores the rest.
+        position = backup_lib.read_backup_position(os.path.join(run_dir, runs.BACKUP))
+        train_data, validation_data, steps_per_epoch = make_datasets(
+            config, tokenizer, splits, position)
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -66,12 +70,12 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
         model = runs.build_model(config)
         compile_model(model, config.train)
     with warnings.catch_warnings():
-        # Bucketed batches have no known count, so Keras learns an epoch's length by
-        # reaching its end, and warns that the data "ran out" each time it does.
+        # The validation batches have no known count, so Keras learns it by reaching
+        # their end, and warns that the data "ran out" each time it does.
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         history = model.fit(
             train_data, validation_data=validation_data, epochs=config.train.epochs,
-            steps_per_epoch=config.train.steps_per_epoch,
+            steps_per_epoch=steps_per_epoch,
             callbacks=make_callbacks(config.train, run_dir, [
                 *make_translation_callbacks(config.train, run_dir, splits["validation"]),
                 *callbacks]),
@@ -116,7 +120,9 @@ def make_callbacks(train_config, run_dir, extra=()):
     TerminateOnNaN comes first and raises, so nothing after it writes a bad state and
     the backup survives; ThroughputLogger adds values the later ones record. Step-level
     summaries come from our StepSummaries, epoch-level ones from Keras's TensorBoard.
-    Only the chief of a worker cluster writes checkpoints and logs.
+    Only the chief of a worker cluster writes checkpoints and logs. The backup comes
+    before any callback that may stop training at an epoch's end, and the end of the
+    epoch it resumes after every callback (see `backup.ResumedEpochEnd`).
     """
     every = train_config.checkpoint_every_steps
     checkpoint_dir = os.path.join(run_dir, runs.CHECKPOINTS)
@@ -136,16 +142,17 @@ def make_callbacks(train_config, run_dir, extra=()):
     # Kept after a finished run, so that running the same command again is a no-op.
     # Every worker restores the chief's backup (the run directory must be shared),
     # so that all resume from the same state; only the chief writes it.
-    callbacks.append(callbacks_lib.AtomicBackupAndRestore(
+    backup = backup_lib.AtomicBackupAndRestore(
         os.path.join(run_dir, runs.BACKUP), restore_only=not distribution.is_chief(),
-        save_freq=every, double_checkpoint=True, delete_checkpoint=False))
+        save_freq=every, double_checkpoint=True, delete_checkpoint=False)
+    callbacks.append(backup)
     if distribution.is_chief():
         log_dir = os.path.join(run_dir, runs.LOGS)
         callbacks += [
             callbacks_lib.StepSummaries(os.path.join(log_dir, "train"),
                                         train_config.log_every_steps),
             keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=False)]
-    return callbacks + list(extra)
+    return callbacks + list(extra) + [backup.resumed_epoch_end()]
 
 
 def make_translation_callbacks(train_config, run_dir, validation_text):
@@ -203,18 +210,40 @@ def prepare_run_dir(config, run_dir, train_text):
     return config, tokenizer
 
 
-def make_datasets(config, tokenizer, splits):
-    """Returns the `(train, validation)` datasets of `(inputs, targets, loss_weights)`."""
+def make_datasets(config, tokenizer, splits, position=(0, 0)):
+    """Returns the training and validation data, and the number of steps per epoch.
+
+    Training data is one endless stream of batches, pass after pass over the data, each
+    pass shuffled by `(data.seed, pass)` alone (see `data.batch_pairs`): an epoch is the
+    next `steps_per_epoch` batches, `train.steps_per_epoch` or one pass. A resumed run
+    starts the stream at the batch where the uninterrupted run's epoch `epoch` had got
+    to, so both train on the same batches. The shuffle permutes each whole pass, so
+    `data.shuffle_buffer` has no effect.
+
+    Args:
+        config: `Config` (with the tokenizer's vocabulary size).
+        tokenizer: `Tokenizer`.
+        splits: dict of `ParallelText` with keys `"train"` and `"validation"`.
+        position: `(epoch, batches_done)` where training resumes (see
+            `backup.read_backup_position`).
+
+    Returns:
+        `(train_data, validation_data, steps_per_epoch)`; the datasets are of
+        `(inputs, targets, loss_weights)`.
+    """
     from keras_transformer import data
     options = dict(batch_tokens=config.data.batch_tokens, max_length=config.model.max_length)
-    train_data = data.make_dataset(
-        splits["train"], tokenizer, shuffle=True, seed=config.data.seed,
-        shuffle_buffer=config.data.shuffle_buffer,
-        # Epochs of a fixed number of steps may cross the end of the data.
-        repeat=bool(config.train.steps_per_epoch), **options)
+    pairs = data.tokenize_split(splits["train"], tokenizer,
+                                max_length=config.model.max_length)
+    steps_per_epoch = (config.train.steps_per_epoch
+                       or data.batches_per_pass(pairs, **options))
+    epoch, batches_done = position
+    train_data = data.batch_pairs(pairs, shuffle=True, seed=config.data.seed, repeat=True,
+                                  start_batch=epoch * steps_per_epoch + batches_done,
+                                  **options)
     validation_data = data.make_dataset(splits["validation"], tokenizer, shuffle=False,
                                         **options)
-    return train_data, validation_data
+    return train_data, validation_data, steps_per_epoch
 
 
 def _read_corpus(data_config):

@@ -108,18 +108,49 @@ def test_long_pairs_are_dropped_and_counted(parallel_text, tokenizer, capsys):
     assert kept == len(parallel_text) - too_long
 
 
-def test_same_seed_gives_the_same_batches_and_epochs_differ(parallel_text, tokenizer,
-                                                          batches):
-    def epochs(seed, count):
-        dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
-                                    max_length=MAX_LENGTH, seed=seed, verbose=False)
-        return [[targets.numpy().tolist() for _, targets, _ in dataset]
-                for _ in range(count)]
+def stream_targets(parallel_text, tokenizer, count, **options):
+    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                max_length=MAX_LENGTH, verbose=False, **options)
+    return [targets.numpy().tolist() for _, targets, _ in dataset.take(count)]
 
-    first, second = epochs(seed=3, count=2)  # the seed of the `batches` fixture
+
+def test_same_seed_gives_the_same_batches_and_passes_differ(parallel_text, tokenizer,
+                                                           batches):
+    count = len(batches)
+    first = stream_targets(parallel_text, tokenizer, count, seed=3)
     assert first == [targets.tolist() for _, _, targets, _ in batches]
-    assert second != first  # reshuffled each epoch
-    assert epochs(seed=4, count=1)[0] != first
+    assert stream_targets(parallel_text, tokenizer, count, seed=3) == first
+    assert stream_targets(parallel_text, tokenizer, count, seed=4) != first
+    two_passes = stream_targets(parallel_text, tokenizer, 2 * count, seed=3, repeat=True)
+    assert two_passes[:count] == first
+    assert two_passes[count:] != first  # each pass has its own order
+
+
+def test_batches_do_not_depend_on_the_global_seed_or_earlier_iterators(
+        parallel_text, tokenizer, batches):
+    # What a training run resumed in a fresh process relies on.
+    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                max_length=MAX_LENGTH, seed=3, verbose=False)
+    tf.random.set_seed(1234)
+    next(iter(dataset))
+    assert [targets.numpy().tolist() for _, targets, _ in dataset] == [
+        targets.tolist() for _, _, targets, _ in batches]
+
+
+def test_a_stream_started_later_goes_on_with_the_same_batches(parallel_text, tokenizer):
+    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    per_pass = data.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS,
+                                     max_length=MAX_LENGTH)
+    whole = stream_targets(parallel_text, tokenizer, 3 * per_pass, repeat=True)
+    for start in (1, per_pass - 1, per_pass, 2 * per_pass + 5):
+        later = stream_targets(parallel_text, tokenizer, 8, repeat=True, start_batch=start)
+        assert later == whole[start:start + 8], start
+
+
+def test_batches_per_pass_counts_the_batches_of_a_pass(parallel_text, tokenizer, batches):
+    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    assert data.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS,
+                                 max_length=MAX_LENGTH) == len(batches)
 
 
 def test_repeat_goes_past_one_epoch(parallel_text, tokenizer, batches):

@@ -16,6 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from keras_transformer import backup as backup_lib
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
 from keras_transformer import runs, training
@@ -106,10 +107,10 @@ def cluster(tmp_path_factory):
     """Worker 0 (the chief) and worker 1 train together; a reference trains alone.
 
     Worker 1 gets its own run directory, as on a machine with its own disk, so that
-    anything it writes would show. The reference runs `MirroredStrategy` over one CPU:
-    under any strategy Keras draws a first batch from a separate iterator to build the
-    model, so the seeded reshuffle gives the epoch the next order, and a reference under
-    the default strategy would see other batches.
+    anything it writes would show. The reference runs `MirroredStrategy` over one CPU,
+    so that it takes the workers' path through Keras (under a strategy, `fit` builds the
+    model from a first batch drawn beforehand); the batches themselves depend only on
+    the seed and their place in the stream.
     """
     root = tmp_path_factory.mktemp("cluster")
     ports = free_ports(2)
@@ -186,7 +187,8 @@ def test_other_workers_restore_the_chief_backup_and_write_nothing(monkeypatch):
     # No checkpoints, no TensorBoard: the backup, restored but never written, is all.
     assert [type(callback) for callback in callbacks] == [
         callbacks_lib.TerminateOnNonFiniteLoss, callbacks_lib.ThroughputLogger,
-        callbacks_lib.AtomicBackupAndRestore]
-    backup = callbacks[-1]
+        backup_lib.AtomicBackupAndRestore, backup_lib.ResumedEpochEnd]
+    backup = callbacks[-2]
+    assert callbacks[-1].backup is backup
     assert backup.restore_only
     assert backup.backup_dir == os.path.join("run", runs.BACKUP)
