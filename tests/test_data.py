@@ -78,13 +78,22 @@ def test_decoder_input_is_the_target_shifted_right(batches):
 
 
 def test_every_pair_appears_once_and_decodes_to_its_text(batches, parallel_text, tokenizer):
-    decoded = collections.Counter()
-    for source_ids, target_ids, _, _ in batches:
-        sources = tokenizer.detokenize(source_ids).numpy()
-        targets = tokenizer.detokenize(target_ids).numpy()
-        decoded.update(zip((s.decode() for s in sources), (t.decode() for t in targets)))
-    assert decoded == collections.Counter(zip(parallel_text.source_lines,
-                                              parallel_text.target_lines))
+    every_pair = collections.Counter(zip(parallel_text.source_lines,
+                                         parallel_text.target_lines))
+    in_order = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                 max_length=MAX_LENGTH, shuffle=False, verbose=False)
+    for stream, complete in (([(inputs["source_ids"], inputs["target_ids"])
+                               for inputs, _, _ in in_order], True),
+                             ([(source, target) for source, target, _, _ in batches], False)):
+        decoded = collections.Counter()
+        for source_ids, target_ids in stream:
+            sources = tokenizer.detokenize(source_ids).numpy()
+            targets = tokenizer.detokenize(target_ids).numpy()
+            decoded.update(zip((s.decode() for s in sources), (t.decode() for t in targets)))
+        if complete:
+            assert decoded == every_pair
+        else:  # a training pass leaves out its small partial batches, repeats nothing
+            assert decoded <= every_pair and decoded.total() > 0.9 * every_pair.total()
 
 
 def test_long_pairs_are_dropped_and_counted(parallel_text, tokenizer, capsys):
@@ -168,3 +177,51 @@ def test_bucket_batch_sizes_fit_the_budget():
                for size, length in zip(sizes, longest))
     with pytest.raises(ValueError, match="batch_tokens=100 cannot hold one sequence"):
         data.bucket_batch_sizes(boundaries, 256, 100)
+
+
+def test_batches_hold_one_bucket_each_and_partial_ones_are_spread_over_the_pass(batches):
+    boundaries = data.bucket_boundaries(MAX_LENGTH)
+    sizes = data.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS)
+    partial_positions, partial_buckets, batch_buckets = [], [], []
+    for position, (source_ids, target_ids, _, _) in enumerate(batches):
+        lengths = np.maximum((source_ids != PAD_ID).sum(1), (target_ids != PAD_ID).sum(1))
+        bucket, = set(np.searchsorted(boundaries, lengths, side="right"))
+        assert len(lengths) <= sizes[bucket]
+        batch_buckets.append(bucket)
+        if len(lengths) < sizes[bucket]:
+            partial_positions.append(position)
+            partial_buckets.append(bucket)
+    assert len(partial_buckets) == len(set(partial_buckets)) >= 2  # one per bucket at most
+    # Batches in bucket order (what grouping alone gives) would train on short sentences
+    # first and long ones last, each bucket ending with its partial batch; and
+    # `bucket_by_sequence_length` emits all the partial batches last, in a row.
+    changes = sum(a != b for a, b in zip(batch_buckets, batch_buckets[1:]))
+    assert changes > 2 * len(set(batch_buckets))
+    assert partial_positions != list(range(len(batches) - len(partial_positions),
+                                           len(batches)))
+
+
+def test_small_partial_batches_are_left_out_of_training_passes_only(parallel_text,
+                                                                    tokenizer):
+    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    boundaries = data.bucket_boundaries(MAX_LENGTH)
+    sizes = data.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS)
+    counts = {}
+    for shuffle in (False, True):
+        dataset = data.batch_pairs(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+                                   seed=3, shuffle=shuffle)
+        fills = []
+        for inputs, targets, _ in dataset:
+            lengths = np.maximum((inputs["source_ids"].numpy() != PAD_ID).sum(1),
+                                 (inputs["target_ids"].numpy() != PAD_ID).sum(1))
+            bucket, = set(np.searchsorted(boundaries, lengths, side="right"))
+            fills.append(len(targets) / sizes[bucket])
+        counts[shuffle] = len(fills)
+        assert data.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+                                     shuffle=shuffle) == len(fills)
+        if shuffle:
+            assert min(fills) >= data.MIN_PARTIAL_BATCH_FILL
+        else:  # evaluation keeps every pair
+            assert min(fills) < data.MIN_PARTIAL_BATCH_FILL
+            assert sum(int(len(t)) for _, t, _ in dataset) == int(pairs.source_ids.nrows())
+    assert counts[True] < counts[False]
