@@ -10,6 +10,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 
@@ -63,8 +64,9 @@ def memory_mb():
 
 def header(arguments):
     """Returns the metadata every result file starts with."""
-    return {"command": " ".join([os.path.basename(sys.executable), "-m",
-                                 _module_name()] + sys.argv[1:]),
+    # shlex.join quotes what needs it, so the recorded command can be pasted back.
+    return {"command": shlex.join([os.path.basename(sys.executable), "-m",
+                                   _module_name()] + sys.argv[1:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(), "load_average_start": load_average(),
             "arguments": vars(arguments)}
