@@ -11,10 +11,10 @@ what the model does now (imported from it, so this keeps timing the real code):
 
 - cache write: `where(position == index, new, cache)`; `tf.tensor_scatter_nd_update` of
   one row per sentence (batch-major cache `(B, C, H, K)`); the model's `write_position`
-  (head-first cache `(B, H, C, K)`, one row per sentence and head);
+  into values `(B, H, C, K)` and into transposed keys `(B, H, K, C)`;
 - attention read: transpose the cache every step; keys kept `(B, H, K, C)` and values
   `(B, H, C, K)`, transposed once outside the loop; the model's `head_first_attention`
-  on a head-first cache;
+  on that layout (its scale and float32 softmax included);
 - output projection: `matmul(h, transpose(E))` (transposed weights, as tied); a `(D, V)`
   copy made once per decode call; the model's `tied_step_logits`, (E·hᵀ)ᵀ.
 
@@ -71,10 +71,11 @@ def variants(arguments):
         rows = tf.stack([tf.range(b), tf.fill([b], i)], axis=1)  # (B, 2)
         return tf.tensor_scatter_nd_update(s, rows, new[:, 0])
 
-    head_first = tf.transpose(cache, (0, 2, 1, 3))  # (B, H, C, K)
+    def model_write_values(i, s):
+        return write_position(s, i, tf.transpose(new, (0, 2, 1, 3)), axis=2)
 
-    def model_write(i, s):
-        return write_position(s, i, tf.transpose(new, (0, 2, 1, 3)))
+    def model_write_keys(i, s):
+        return write_position(s, i, tf.transpose(new, (0, 2, 3, 1)), axis=3)
 
     def read_transposed(i, s):
         keys = tf.transpose(cache, (0, 2, 3, 1))  # (B, H, K, C), every step
@@ -88,7 +89,7 @@ def variants(arguments):
         return s + tf.matmul(tf.nn.softmax(tf.matmul(query, keys_once)), values_once)
 
     def model_read(i, s):
-        return s + head_first_attention(query, head_first, head_first)
+        return s + head_first_attention(query, keys_once, values_once)
 
     def project_transposed(i, s):
         return s + tf.matmul(hidden, embeddings, transpose_b=True)
@@ -104,7 +105,10 @@ def variants(arguments):
     logits = tf.zeros((b, v))
     return {("cache write", "where over the cache"): loop(where_write, cache),
             ("cache write", "scatter one position"): loop(scatter_write, cache),
-            ("cache write", "model: write_position"): loop(model_write, head_first),
+            ("cache write", "model: write_position, values"): loop(
+                model_write_values, tf.transpose(cache, (0, 2, 1, 3))),
+            ("cache write", "model: write_position, keys"): loop(
+                model_write_keys, tf.transpose(cache, (0, 2, 3, 1))),
             ("attention read", "transpose every step"): loop(read_transposed,
                                                              tf.zeros_like(query)),
             ("attention read", "head-major cache"): loop(read_head_major,

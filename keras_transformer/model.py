@@ -190,19 +190,22 @@ class Transformer(keras.Model):
         """Returns the decoding cache for `max_length` target positions.
 
         A dict of tensors with the batch on axis 0 (so beam search reorders it with one
-        `gather` per tensor): per-layer lists `self_keys`/`self_values` `(B, H,
-        max_length, K)` (zeros, filled step by step), `cross_keys`/`cross_values` `(B, H,
-        S, K)` (the encoder output projected once), and `source_padding_mask` `(B, S)`.
-        Keys and values are head-first, the layout the attention multiplies in, so no
-        step transposes them.
+        `gather` per tensor): per-layer lists `self_keys` `(B, H, K, max_length)` and
+        `self_values` `(B, H, max_length, K)` (zeros, filled step by step), `cross_keys`
+        `(B, H, K, S)` and `cross_values` `(B, H, S, K)` (the encoder output projected
+        once), and `source_padding_mask` `(B, S)`. Keys are stored transposed and values
+        head-first, the layouts the attention matmuls read, so no step transposes them.
         """
         batch = ops.shape(encoder_output)[0]
         head_dim = self.hidden_dim // self.num_heads
-        empty = ops.zeros((batch, self.num_heads, max_length, head_dim), encoder_output.dtype)
+        empty_keys = ops.zeros((batch, self.num_heads, head_dim, max_length),
+                               encoder_output.dtype)
+        empty_values = ops.zeros((batch, self.num_heads, max_length, head_dim),
+                                 encoder_output.dtype)
         cross_keys, cross_values = self.decoder.project_encoder_output(encoder_output)
         return {
-            "self_keys": [empty] * self.num_layers,
-            "self_values": [empty] * self.num_layers,
+            "self_keys": [empty_keys] * self.num_layers,
+            "self_values": [empty_values] * self.num_layers,
             "cross_keys": cross_keys,
             "cross_values": cross_values,
             "source_padding_mask": masks.padding_mask(source_ids, self.pad_id),

@@ -108,4 +108,4 @@ def test_decode_step_ops_times_every_variant(tmp_path):
                           "--num-heads", "2", "--vocabulary-size", "10", "--steps", "3",
                           "--calls", "1", "--json", str(path)])
     rows = json.loads(path.read_text())["rows"]
-    assert len(rows) == 9 and all(row["ms_per_step"] > 0 for row in rows)
+    assert len(rows) == 10 and all(row["ms_per_step"] > 0 for row in rows)

@@ -58,19 +58,23 @@ def test_decode_step_writes_the_full_pass_projections_at_its_position_only():
         np.ones((1, 4, 4), bool))))
     cross_keys, cross_values = layer.project_encoder_output(encoder_output)
     # Post-LN: self-attention sees the layer input itself, so the cache must hold the
-    # key/value projections of `x`, head-first.
+    # key/value projections of `x`: keys (B, H, K, T), values (B, H, T, K).
     expected_keys, expected_values = (
         ops.convert_to_numpy(t) for t in layer.self_attention.project_cached_key_value(x, x))
-    empty = np.zeros((2, 2, 7, 4), "float32")  # (B, H, T_max, K), T_max beyond T
-    cache = {"self_keys": empty, "self_values": empty, "cross_keys": cross_keys,
-             "cross_values": cross_values}
+    # Positions on the last axis of the keys and on axis 2 of the values.
+    expected = {"self_keys": np.moveaxis(expected_keys, 3, 2), "self_values": expected_values}
+    cache = {"self_keys": np.zeros((2, 2, 4, 7), "float32"),  # T_max = 7, beyond T
+             "self_values": np.zeros((2, 2, 7, 4), "float32"),
+             "cross_keys": cross_keys, "cross_values": cross_values}
     for index in range(4):
         step, cache = layer.decode_step(x[:, index:index + 1], cache, index,
                                         np.ones((2, 1, 6), bool))
         np.testing.assert_allclose(ops.convert_to_numpy(step)[:, 0], full[:, index],
                                    rtol=1e-5, atol=1e-5)
-        for name, expected in (("self_keys", expected_keys), ("self_values", expected_values)):
+        for name in ("self_keys", "self_values"):
             written = ops.convert_to_numpy(cache[name])
-            np.testing.assert_allclose(written[:, :, :index + 1], expected[:, :, :index + 1],
-                                       rtol=1e-6, atol=1e-6)
+            if name == "self_keys":
+                written = np.moveaxis(written, 3, 2)  # (B, H, T_max, K)
+            np.testing.assert_allclose(written[:, :, :index + 1],
+                                       expected[name][:, :, :index + 1], rtol=1e-6, atol=1e-6)
             np.testing.assert_array_equal(written[:, :, index + 1:], 0.0)

@@ -53,13 +53,14 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=N
 def head_first_attention(query, key, value, attention_mask=None, scale=None):
     """Attention(Q, K, V) on head-first tensors, the layout of the decoding cache.
 
-    The same function as `scaled_dot_product_attention`, for tensors already laid out
-    `(B, H, L, K)`: the cached keys and values are read as stored, with no transpose
-    of the cache at every decoding step.
+    The same function as `scaled_dot_product_attention`, with the keys already
+    transposed and the values head-first, as the two matmuls read them: a decoding step
+    multiplies its cache as stored, with no transpose of it (the cache is transposed
+    once, when each position is written).
 
     Args:
         query: float tensor `(B, H, T, K)`.
-        key: float tensor `(B, H, S, K)`.
+        key: float tensor `(B, H, K, S)`, the keys transposed.
         value: float tensor `(B, H, S, K_v)`.
         attention_mask: optional bool tensor broadcastable to `(B, T, S)`.
         scale: float. Defaults to `1/√K`.
@@ -68,9 +69,7 @@ def head_first_attention(query, key, value, attention_mask=None, scale=None):
         `(B, H, T, K_v)`.
     """
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    # Contracting the last axes of both multiplies by the transposed keys without
-    # materialising them (a batched matmul with adjoint keys).
-    scores = ops.cast(ops.einsum("bhtk,bhsk->bhts", query, key), "float32") * scale
+    scores = ops.cast(ops.matmul(query, key), "float32") * scale  # (B, H, T, S)
     if attention_mask is not None:
         scores = ops.where(ops.expand_dims(attention_mask, 1), scores, _MASKED_SCORE)
     weights = ops.softmax(scores, axis=-1)  # (B, H, T, S)
@@ -85,9 +84,10 @@ class MultiHeadAttention(keras.layers.Layer):
     attends in each (§3.2.1), concatenates the heads and projects back (§3.2.2). The
     boolean `attention_mask` says which keys each query may see; callers build it from
     token ids (see `masks.py`). Keys and values can be projected once and reused
-    (`project_key_value` + `attend`). Cached decoding does the same in the head-first
-    layout `(B, H, L, K)` (`project_cached_key_value` + `attend_cached`), so that a
-    decoding step reads its cache without transposing it.
+    (`project_key_value` + `attend`). Cached decoding does the same with keys `(B, H,
+    K, L)` and values `(B, H, L, K)` (`project_cached_key_value` + `attend_cached`), the
+    layouts the attention matmuls read, so that a decoding step never transposes its
+    cache.
 
     The fused path calls `keras.ops.dot_product_attention` (cuDNN/flash kernels on GPU)
     and computes the same function; it is used only when weights are not requested and
@@ -167,12 +167,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 self._split_heads(self.value_projection(value)))
 
     def project_cached_key_value(self, key, value):
-        """Returns the keys and values head-first, `(B, H, S, K)`, for a decoding cache."""
+        """Returns keys `(B, H, K, S)` and values `(B, H, S, K)` for a decoding cache."""
         keys, values = self.project_key_value(key, value)  # (B, S, H, K)
-        return ops.transpose(keys, (0, 2, 1, 3)), ops.transpose(values, (0, 2, 1, 3))
+        return ops.transpose(keys, (0, 2, 3, 1)), ops.transpose(values, (0, 2, 1, 3))
 
     def attend_cached(self, query, keys, values, attention_mask=None):
-        """Attends from `query` `(B, T, D)` to head-first `keys`/`values` `(B, H, S, K)`.
+        """Attends from `query` `(B, T, D)` to cached `keys` `(B, H, K, S)` and `values`
+        `(B, H, S, K)` (see `project_cached_key_value`).
 
         Inference only (no dropout, no weights returned). Never fused: with the one
         query position of a decoding step there is nothing for a fused kernel to save.

@@ -68,7 +68,8 @@ class Decoder(keras.layers.Layer):
         return (x, scores) if return_attention_scores else x
 
     def project_encoder_output(self, encoder_output):
-        """Returns per-layer lists of cross-attention keys and values `(B, H, S, K)`."""
+        """Returns per-layer lists of cross-attention keys `(B, H, K, S)` and values
+        `(B, H, S, K)`."""
         projected = [layer.project_encoder_output(encoder_output)
                      for layer in self.decoder_layers]
         return [keys for keys, _ in projected], [values for _, values in projected]

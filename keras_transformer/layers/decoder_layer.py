@@ -1,5 +1,7 @@
 """One decoder layer: masked self-attention, cross-attention, feed-forward (§3.1)."""
 
+import math
+
 import keras
 from keras import ops
 
@@ -110,20 +112,22 @@ class DecoderLayer(keras.layers.Layer):
         return (x, scores) if return_attention_scores else x
 
     def project_encoder_output(self, encoder_output):
-        """Returns the cross-attention keys and values `(B, H, S, K)`, once per sentence."""
+        """Returns cross-attention keys `(B, H, K, S)` and values `(B, H, S, K)`, once per
+        sentence."""
         return self.cross_attention.project_cached_key_value(encoder_output, encoder_output)
 
     def decode_step(self, x, cache, index, cross_attention_mask):
         """Runs one target position against the cache of this layer.
 
-        The cache is head-first, as the attention reads it (see
+        The cache is laid out as the attention reads it (see
         `MultiHeadAttention.attend_cached`), and only position `index` is written
         (`write_position`).
 
         Args:
             x: float tensor `(B, 1, D)`, the embedded token at position `index`.
-            cache: dict of `(B, H, T_max, K)` `self_keys`/`self_values` (positions
-                before `index` filled) and `(B, H, S, K)` `cross_keys`/`cross_values`.
+            cache: dict of `self_keys` `(B, H, K, T_max)` and `self_values` `(B, H,
+                T_max, K)` (positions before `index` filled), and `cross_keys` `(B, H,
+                K, S)` and `cross_values` `(B, H, S, K)`.
             index: scalar int tensor, the position of `x`.
             cross_attention_mask: bool `(B, 1, S)`: source padding.
 
@@ -131,12 +135,12 @@ class DecoderLayer(keras.layers.Layer):
             `(x, cache)`: `(B, 1, D)` and the cache with position `index` written.
         """
         cache = dict(cache)
-        cache_length = ops.shape(cache["self_keys"])[2]
+        cache_length = ops.shape(cache["self_values"])[2]
 
         def self_attend(h):
-            keys, values = self.self_attention.project_cached_key_value(h, h)  # (B, H, 1, K)
-            cache["self_keys"] = write_position(cache["self_keys"], index, keys)
-            cache["self_values"] = write_position(cache["self_values"], index, values)
+            keys, values = self.self_attention.project_cached_key_value(h, h)  # (B, H, K, 1), (B, H, 1, K)
+            cache["self_keys"] = write_position(cache["self_keys"], index, keys, axis=3)
+            cache["self_values"] = write_position(cache["self_values"], index, values, axis=2)
             visible = ops.expand_dims(causal_mask(1, cache_length, query_offset=index), 0)  # (1, 1, T_max)
             return self.self_attention.attend_cached(
                 h, cache["self_keys"], cache["self_values"], visible)
@@ -162,19 +166,22 @@ class DecoderLayer(keras.layers.Layer):
                 "use_fused_attention": self.use_fused_attention}
 
 
-def write_position(cache, index, new):
-    """Returns `cache` `(B, H, T_max, K)` with position `index` set to `new` `(B, H, 1, K)`.
+def write_position(cache, index, new, axis):
+    """Returns `cache` with position `index` of `axis` set to `new` (size 1 on `axis`).
 
-    A scatter of the `B·H` rows of one position (`TensorScatterUpdate`, a core op) instead
-    of a select that reads and rewrites every position at every step. TensorFlow updates
-    the cache buffer in place when it can (else it copies it once); TFLite lowers the
-    scatter to builtins (`SCATTER_ND` and arithmetic over the cache), as it has no
-    builtin for this op. Shapes stay static, for TFLite and XLA.
+    `cache` is `(B, ...)` with static sizes after the batch: `(B, H, K, T_max)` keys
+    (`axis=3`) or `(B, H, T_max, K)` values (`axis=2`). A scatter of the one position
+    (`TensorScatterUpdate`, a core op) instead of a select that reads and rewrites every
+    position at every step. TensorFlow updates the cache buffer in place when it can
+    (else it copies it once); TFLite lowers the scatter to builtins (`SCATTER_ND` and
+    arithmetic over the cache), as it has no builtin for this op. Shapes stay static,
+    for TFLite and XLA.
     """
-    _, heads, length, head_dim = ops.shape(cache)
-    rows = ops.reshape(cache, (-1, length, head_dim))  # (B·H, T_max, K)
+    shape = ops.shape(cache)
+    inner = math.prod(shape[axis + 1:])
+    rows = ops.reshape(cache, (-1, shape[axis], inner))  # (B·…, T_max, inner)
     count = ops.shape(rows)[0]
     indices = ops.stack([ops.arange(count, dtype="int32"),
-                         ops.full((count,), index, "int32")], axis=1)  # (B·H, 2)
-    rows = ops.scatter_update(rows, indices, ops.reshape(new, (-1, head_dim)))
-    return ops.reshape(rows, (-1, heads, length, head_dim))
+                         ops.full((count,), index, "int32")], axis=1)  # (B·…, 2)
+    rows = ops.scatter_update(rows, indices, ops.reshape(new, (-1, inner)))
+    return ops.reshape(rows, (-1, *shape[1:]))
