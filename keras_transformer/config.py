@@ -48,7 +48,6 @@ class DataConfig:
     validation_files: tuple[str, str] | None = None
     test_files: tuple[str, str] | None = None
     batch_tokens: int = 4096  # per side, as the paper's ≈25k source + 25k target
-    shuffle_buffer: int = 20000
     seed: int = 0
 
 
@@ -125,9 +124,17 @@ class Config:
             return cls.from_json(file.read(), source=path)
 
 
+# Fields that earlier versions wrote and that no longer mean anything: skipped on load,
+# so that their config files still load. Every pass over the training data is now a
+# full permutation (`data.batch_pairs`), which left `shuffle_buffer` without effect.
+_RETIRED_FIELDS = {"DataConfig": {"shuffle_buffer"}}
+
+
 def _section_from_dict(section_type, values, source):
     if not isinstance(values, dict):
         raise ValueError(f"{source}: section of {section_type.__name__} must be an object.")
+    retired = _RETIRED_FIELDS.get(section_type.__name__, set())
+    values = {key: value for key, value in values.items() if key not in retired}
     known = {field.name: field for field in dataclasses.fields(section_type)}
     unknown = sorted(set(values) - set(known))
     if unknown:
@@ -173,7 +180,7 @@ PRESETS = {
                       intermediate_dim=64, num_heads=2, dropout=0.1, max_length=64),
         "train": dict(label_smoothing=0.1, warmup_steps=50, epochs=1,
                       checkpoint_every_steps=20),
-        "data": dict(batch_tokens=512, shuffle_buffer=1000),
+        "data": dict(batch_tokens=512),
     },
 }
 

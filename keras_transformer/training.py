@@ -217,8 +217,7 @@ def make_datasets(config, tokenizer, splits, position=(0, 0)):
     pass shuffled by `(data.seed, pass)` alone (see `data.batch_pairs`): an epoch is the
     next `steps_per_epoch` batches, `train.steps_per_epoch` or one pass. A resumed run
     starts the stream at the batch where the uninterrupted run's epoch `epoch` had got
-    to, so both train on the same batches. The shuffle permutes each whole pass, so
-    `data.shuffle_buffer` has no effect.
+    to, so both train on the same batches.
 
     Args:
         config: `Config` (with the tokenizer's vocabulary size).

@@ -59,3 +59,11 @@ def test_corrupt_or_unknown_config_files_name_the_file_and_problem(tmp_path):
     path.write_text(json.dumps({"model": {"hidden_size": 8}}))
     with pytest.raises(ValueError, match="hidden_size"):
         config_lib.Config.load(path)
+
+
+def test_config_files_with_retired_fields_still_load(tmp_path):
+    path = tmp_path / "config.json"
+    raw = json.loads(config_lib.preset_config("tiny").to_json())
+    raw["data"]["shuffle_buffer"] = 1000  # written by earlier versions
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    assert config_lib.Config.load(str(path)) == config_lib.preset_config("tiny")
