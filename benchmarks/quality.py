@@ -40,8 +40,9 @@ TABLE_INTRODUCTION = """\
 Written by `python -m benchmarks.quality` (one row per real run, appended by the script):
 train from scratch within a time budget, average the last checkpoints, export, and score
 the exported SavedModel on test_2016_flickr with sacreBLEU (cased, detokenized, 13a;
-signature in the run's JSON). `training` is wall-clock minutes of `model.fit`
-(validation and the BLEU callback included), weight updates and epochs begun. The full
+signature in the run's JSON). `training` is wall-clock minutes of `training.train`
+(vocabulary, data preparation, validation and the BLEU callback included; the budget
+counts from the start of `model.fit`), weight updates and epochs begun. The full
 config of each row is in its JSON in `benchmarks/results/`."""
 
 
