@@ -14,6 +14,7 @@ and the `.tflite` file runs in LiteRT, both through their `serving_default` sign
 """
 
 import argparse
+import functools
 import os
 import tempfile
 import time
@@ -28,7 +29,8 @@ from keras_transformer import decoding, serving  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.tokenizer import END_ID  # noqa: E402
 
-DECODERS = ("cached", "uncached", "beam4", "saved_model", "tflite")
+DECODERS = ("cached", "uncached", "beam4", "cached_xla", "uncached_xla", "beam4_xla",
+            "saved_model", "tflite")
 
 
 def parse_arguments(argv=None):
@@ -82,12 +84,15 @@ def _without_end(logits):
 def make_decoders(names, model, translator, scratch):
     """Returns `{name: function(sentences) -> int32 output ids (B, L)}`."""
     options = dict(max_length=translator.max_output_length, extra_length=None)
-    in_graph = {
-        "cached": decoding.decode_function(decoding.greedy_decode, model, **options),
-        "uncached": decoding.decode_function(decoding.uncached_greedy_decode, model,
-                                             **options),
-        "beam4": decoding.decode_function(decoding.beam_search, model, beam_size=4,
-                                          length_penalty=0.6, **options)}
+    decoders_in_graph = {"cached": decoding.greedy_decode,
+                         "uncached": decoding.uncached_greedy_decode,
+                         "beam4": functools.partial(decoding.beam_search, beam_size=4,
+                                                    length_penalty=0.6)}
+    in_graph = {}
+    for name, decode in decoders_in_graph.items():
+        in_graph[name] = decoding.decode_function(decode, model, **options)
+        in_graph[f"{name}_xla"] = decoding.decode_function(decode, model, jit_compile=True,
+                                                           **options)
     decoders = {}
     for name in names:
         if name in in_graph:
@@ -191,17 +196,24 @@ def main(argv=None):
 def _compare_with_cached(rows, outputs):
     """Marks whether each greedy decoder's ids equal the cached decoder's."""
     for row in rows:
-        if row["decoder"] != "beam4" and "cached" in outputs:
+        if not row["decoder"].startswith("beam4") and "cached" in outputs:
             row["same_as_cached"] = bool(np.array_equal(outputs[row["decoder"]],
                                                         outputs["cached"]))
 
 
+# (faster, reference) decoder pairs whose tokens/s ratio is reported at each batch size.
+RATIOS = [("cached", "uncached"), ("cached_xla", "uncached"), ("cached_xla", "uncached_xla"),
+          ("cached_xla", "cached"), ("beam4_xla", "beam4")]
+
+
 def _ratios(rows):
-    """Cached greedy over uncached greedy (tokens/s) at each batch size."""
+    """Tokens/s of each pair of `RATIOS` measured in this run, at each batch size."""
     speed = {(row["decoder"], row["batch"]): row["tokens_per_second"] for row in rows}
-    return {f"cached_over_uncached_batch_{batch}": speed[("cached", batch)] / value
-            for (name, batch), value in speed.items()
-            if name == "uncached" and ("cached", batch) in speed}
+    batches = sorted({row["batch"] for row in rows})
+    return {f"{fast}_over_{reference}_batch_{batch}":
+            speed[(fast, batch)] / speed[(reference, batch)]
+            for fast, reference in RATIOS for batch in batches
+            if (fast, batch) in speed and (reference, batch) in speed}
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 Token accuracy and loss measure teacher-forced prediction; BLEU measures translations.
 `BleuCallback` translates a fixed set of validation sentences with the model being
 trained through the graph that is exported (`serving.Translator.translate`: the run's
-tokenizer, `decoding.greedy_decode`, detokenization, all in one `tf.function`) and scores
-them with sacreBLEU (detokenized, cased, `13a`). It logs the score to
+tokenizer, `decoding.greedy_decode`, detokenization, all in one `tf.function`; the
+decoding compiled with XLA unless asked otherwise) and scores them with sacreBLEU (detokenized, cased, `13a`). It logs the score to
 TensorBoard and the console, keeps the best-scoring weights, and can stop training when
 the score stops improving. Final scores come from `keras_transformer.evaluation`, on the
 exported translator.
@@ -57,6 +57,8 @@ class BleuCallback(keras.callbacks.Callback):
         min_delta: float. Smallest BLEU gain that counts as an improvement.
         batch_size: int. Sentences decoded together.
         max_length: int or `None`. Most output tokens per sentence (see `greedy_decode`).
+        jit_compile: bool. Decode with XLA (`serving.Translator`'s `jit_compile`): the
+            same translations, in less of the training time (BENCHMARKS.md).
         score_function: `None` for sacreBLEU's corpus BLEU, or a callable
             `(hypotheses, references) -> float` (tests use it to script scores).
         verbose: bool. Print a line per score (chief only).
@@ -64,7 +66,7 @@ class BleuCallback(keras.callbacks.Callback):
 
     def __init__(self, sources, references, tokenizer, *, log_dir=None, checkpoint_dir=None,
                  every_steps=None, patience=None, min_delta=0.0, batch_size=64,
-                 max_length=None, score_function=None, verbose=True):
+                 max_length=None, jit_compile=True, score_function=None, verbose=True):
         super().__init__()
         if len(sources) != len(references) or not sources:
             raise ValueError(f"BleuCallback needs as many references as sources (at least "
@@ -78,6 +80,7 @@ class BleuCallback(keras.callbacks.Callback):
         self.checkpoint_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
         self.every_steps, self.patience, self.min_delta = every_steps, patience, min_delta
         self.batch_size, self.max_length = batch_size, max_length
+        self.jit_compile = jit_compile
         self.score_function, self.verbose = score_function, verbose
         self.best, self.best_step, self.wait = float("-inf"), None, 0
         self.hypotheses, self.signature = None, None
@@ -131,7 +134,8 @@ class BleuCallback(keras.callbacks.Callback):
                 self.tokenizer = Tokenizer.load(self.tokenizer)
             # The exported translator's own graph: tokenize, greedy decoding, detokenize.
             self._translator = serving.Translator(
-                self.model, self.tokenizer, max_output_length=self.max_length)
+                self.model, self.tokenizer, max_output_length=self.max_length,
+                jit_compile=self.jit_compile)
         # Sorted by length, batches carry little padding; padding never changes outputs.
         order = sorted(range(len(sources)), key=lambda index: len(sources[index]))
         translations = [None] * len(sources)

@@ -21,6 +21,7 @@ at `min(source length + extra_length, max_length - 1, max_output_length)` tokens
 call ends.
 """
 
+import functools
 import types
 
 import tensorflow as tf
@@ -51,6 +52,10 @@ class Translator(tf.Module):
         extra_length: int. Output tokens allowed beyond the source length (§6.1: 50).
         beam_size: int. Hypotheses of beam search (§6.1: 4).
         length_penalty: float. α of beam search's length penalty (§6.1: 0.6).
+        jit_compile: bool. Decode with XLA (`decoding.decode_function`), for translating
+            in this process, e.g. validation BLEU during training. Such a translator
+            cannot be exported: TF Serving runs XLA on CPU only behind an experimental
+            flag, and TFLite not at all.
         name: str. Module name.
 
     Example:
@@ -59,7 +64,7 @@ class Translator(tf.Module):
     """
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
-                 beam_size=4, length_penalty=0.6, name="translator"):
+                 beam_size=4, length_penalty=0.6, jit_compile=False, name="translator"):
         super().__init__(name=name)
         # The SavedModel keeps the model's underlying tf.Variables, not the Keras model:
         # Keras 3 variables reached only through a Keras model are restored by
@@ -73,6 +78,11 @@ class Translator(tf.Module):
         self.extra_length = extra_length
         self.beam_size = beam_size
         self.length_penalty = length_penalty
+        self.jit_compile = jit_compile
+        # Untracked as well: XLA-compiled decoders serve this process and are not exported.
+        self._untracked.compiled = {
+            beam: decoding.decode_function(self._decoder(beam), model, jit_compile=True)
+            for beam in (False, True)} if jit_compile else None
 
     @property
     def model(self):
@@ -113,16 +123,21 @@ class Translator(tf.Module):
 
     def _translate(self, sentences, beam):
         source_ids = self.source_ids(sentences)
+        if self.jit_compile:
+            decoded = self._untracked.compiled[beam](source_ids)
+        else:
+            decoded = self._decoder(beam)(self.model, source_ids)
+        return {"translations": self.detokenize(decoded.ids),
+                "token_ids": decoded.ids, "scores": decoded.scores}
+
+    def _decoder(self, beam):
+        """Returns `decode(model, source_ids) -> Decoded` with this translator's options."""
         options = dict(max_length=self.max_output_length, extra_length=self.extra_length,
                        start_id=START_ID, end_id=END_ID, pad_id=PAD_ID)
         if beam:
-            decoded = decoding.beam_search(
-                self.model, source_ids, beam_size=self.beam_size,
-                length_penalty=self.length_penalty, **options)
-        else:
-            decoded = decoding.greedy_decode(self.model, source_ids, **options)
-        return {"translations": self.detokenize(decoded.ids),
-                "token_ids": decoded.ids, "scores": decoded.scores}
+            return functools.partial(decoding.beam_search, beam_size=self.beam_size,
+                                     length_penalty=self.length_penalty, **options)
+        return functools.partial(decoding.greedy_decode, **options)
 
     def detokenize(self, ids):
         """Returns string `(B,)` for decoder output ids `(B, L)` (read up to END)."""
@@ -134,6 +149,7 @@ class Translator(tf.Module):
 
     def signatures(self):
         """Returns the `{name: concrete function}` signatures to export."""
+        _check_exportable(self)
         return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
                 BEAM_SIGNATURE: self.translate_beam.get_concrete_function()}
 
@@ -161,6 +177,7 @@ def convert_to_tflite(translator, quantize=False):
         quantize: bool. Dynamic-range quantization: int8 weights, float activations;
             about 4x smaller weights, and outputs that may differ from the float model's.
     """
+    _check_exportable(translator)
     functions = [_named_function(GREEDY_SIGNATURE, translator.translate),
                  _named_function(BEAM_SIGNATURE, translator.translate_beam)]
     converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, translator)
@@ -169,6 +186,12 @@ def convert_to_tflite(translator, quantize=False):
     if quantize:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     return converter.convert()
+
+
+def _check_exportable(translator):
+    if translator.jit_compile:
+        raise ValueError("A Translator made with jit_compile=True cannot be exported (its "
+                         "decoders are XLA programs): export one with jit_compile=False.")
 
 
 def _named_function(name, method):

@@ -62,14 +62,18 @@ def _check_decoding(result, decoders, batch_sizes, output_length):
     for row in rows:
         assert row["mean_output_length"] == output_length  # END never wins
         assert row["tokens_per_second"] > 0
-        if row["decoder"] != "beam4":
+        if not row["decoder"].startswith("beam4"):
             assert row["same_as_cached"]
-    assert set(result["ratios"]) == {f"cached_over_uncached_batch_{batch}"
-                                     for batch in batch_sizes}
+    speed = {(row["decoder"], row["batch"]): row["tokens_per_second"] for row in rows}
+    expected = {f"{fast}_over_{reference}_batch_{batch}": speed[(fast, batch)] / speed[
+        (reference, batch)] for fast, reference in decode_throughput.RATIOS
+        for batch in batch_sizes if fast in decoders and reference in decoders}
+    assert expected and result["ratios"] == pytest.approx(expected)
 
 
 def test_decode_throughput_forces_the_output_length(tmp_path):
-    decoders = ["cached", "uncached"]  # the exported ones: the slow test and cold start
+    # The exported decoders: the slow test and cold start.
+    decoders = ["cached", "uncached", "cached_xla"]
     result = _run(decode_throughput.main, [
         "--decoders", *decoders, "--batch-sizes", "1", "3", "--output-length", "4",
         "--calls", "1"], tmp_path)

@@ -73,6 +73,10 @@ class _WeightsAtEpochEnd(keras.callbacks.Callback):
         self.weights.append([np.array(w) for w in self.model.get_weights()])
 
 
+# Callbacks over `_LookupModel` decode without XLA: its hash table has no XLA kernel.
+LOOKUP_OPTIONS = dict(jit_compile=False, verbose=False)
+
+
 class _LookupModel:
     """Stands in for a `Transformer`: translates each known source into a fixed text.
 
@@ -158,7 +162,7 @@ def test_default_score_is_sacrebleu_on_the_greedy_translations(tokenizer, tmp_pa
     model = _LookupModel(tokenizer, SOURCES, outputs, step=7)
     callback = bleu_callback.BleuCallback(
         SOURCES, REFERENCES, tokenizer, log_dir=tmp_path / "logs",
-        checkpoint_dir=tmp_path / "checkpoints", batch_size=4, verbose=False)
+        checkpoint_dir=tmp_path / "checkpoints", batch_size=4, **LOOKUP_OPTIONS)
     callback.set_model(model)
     callback.on_train_begin()
     logs = {}
@@ -180,7 +184,7 @@ def test_scores_every_n_steps(tokenizer, tmp_path):
     model = _LookupModel(tokenizer, SOURCES[:2], REFERENCES[:2])
     callback = bleu_callback.BleuCallback(
         SOURCES[:2], REFERENCES[:2], tokenizer, log_dir=tmp_path, every_steps=3,
-        score_function=_scripted([1.0, 2.0]), verbose=False)
+        score_function=_scripted([1.0, 2.0]), **LOOKUP_OPTIONS)
     callback.set_model(model)
     callback.on_train_begin()
     for step in range(1, 8):
@@ -195,7 +199,7 @@ def test_resumed_run_keeps_a_better_earlier_checkpoint(tokenizer, tmp_path):
     bleu_callback.save_best(model, tmp_path, {"bleu": 50.0, "step": 9, "epoch": 3})
     callback = bleu_callback.BleuCallback(
         SOURCES[:2], REFERENCES[:2], tokenizer, checkpoint_dir=tmp_path,
-        score_function=_scripted([40.0]), verbose=False)
+        score_function=_scripted([40.0]), **LOOKUP_OPTIONS)
     model.optimizer.iterations.assign(12)
     callback.set_model(model)
     callback.on_train_begin()
@@ -210,7 +214,7 @@ def test_only_the_chief_writes_and_zeros_do_not_count_against_patience(tokenizer
     callback = bleu_callback.BleuCallback(
         SOURCES[:2], REFERENCES[:2], tokenizer, log_dir=tmp_path / "logs",
         checkpoint_dir=tmp_path / "checkpoints", patience=1,
-        score_function=_scripted([0.0, 0.0, 5.0, 4.0]), verbose=False)
+        score_function=_scripted([0.0, 0.0, 5.0, 4.0]), **LOOKUP_OPTIONS)
     callback.set_model(model)
     callback.on_train_begin()
     # Zeros (a model that translates nothing right yet) do not use up the patience.
@@ -234,7 +238,7 @@ def test_for_run_reads_the_validation_slice_and_writes_into_the_run(
     tokenizer = train_tokenizer((sources + references) * 5, 80, verbose=False)
     tokenizer.save(tmp_path / runs.TOKENIZER)
     callback = bleu_callback.BleuCallback.for_run(str(tmp_path), sources, references,
-                                                  verbose=False)
+                                                  **LOOKUP_OPTIONS)
     callback.set_model(_LookupModel(tokenizer, sources, references, step=5))
     callback.on_train_begin()
     callback.on_epoch_end(0, {})

@@ -176,6 +176,25 @@ def test_graph_decoding_equals_eager(model, greedy):
     np.testing.assert_array_equal(eager.ids.numpy(), graph.ids.numpy()[:, :4])
 
 
+@pytest.mark.parametrize("decoder", ["greedy", "beam"])
+def test_xla_compiled_decoding_equals_the_graph(model, decoder, request):
+    decode = {"greedy": decoding.greedy_decode, "beam": decoding.beam_search}[decoder]
+    compiled = decoding.decode_function(decode, model, jit_compile=True,
+                                        max_length=MAX_LENGTH)
+    for sources in (SOURCES, SOURCES[:1]):  # source widths 7 and 4, batches 3 and 1
+        source_ids = padded(sources)
+        expected = request.getfixturevalue(decoder)(source_ids)
+        got = compiled(source_ids)
+        np.testing.assert_array_equal(got.ids.numpy(), expected.ids.numpy())
+        np.testing.assert_allclose(got.scores.numpy(), expected.scores.numpy(), atol=1e-4)
+
+
+def test_pad_width_rounds_up_to_the_multiple_with_padding():
+    ids = decoding.pad_width(tf.constant([[5, 6, END]]), 4).numpy()
+    np.testing.assert_array_equal(ids, [[5, 6, END, PAD]])
+    assert decoding.pad_width(tf.constant([[5, 6, 7, END]]), 4).shape == (1, 4)
+
+
 def test_attention_covers_real_source_tokens_only(model, greedy):
     source_ids = padded(SOURCES)
     decoded = decoding.greedy_decode(model, source_ids, max_length=3, return_attention=True)

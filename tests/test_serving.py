@@ -57,6 +57,24 @@ def test_source_ids_wrap_pieces_in_start_and_end_and_truncate(exported):
     assert short.shape[1] < max_length and short[0, -1] == END_ID
 
 
+def test_xla_translator_translates_like_the_exported_graph_and_refuses_export(exported):
+    from keras_transformer import serving
+    translator = exported.translator
+    compiled = serving.Translator(translator.model, translator.tokenizer, jit_compile=True,
+                                  max_output_length=translator.max_output_length)
+    sentences = tf.constant(["A dog runs.", "", "Two men play football in a park."])
+    for method in ("translate", "translate_beam"):
+        expected = getattr(translator, method)(sentences)
+        got = getattr(compiled, method)(sentences)
+        np.testing.assert_array_equal(got["token_ids"].numpy(),
+                                      expected["token_ids"].numpy())
+        assert list(got["translations"].numpy()) == list(expected["translations"].numpy())
+    with pytest.raises(ValueError, match="jit_compile=False"):
+        compiled.signatures()
+    with pytest.raises(ValueError, match="jit_compile=False"):
+        serving.convert_to_tflite(compiled)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_saved_model_answers_one_string_per_input(tf2_runner, case):
     sentences = _inputs(case)

@@ -11,7 +11,9 @@ Public API (every decoder returns a `Decoded`):
     - `greedy_decode(model, source_ids, *, max_length, extra_length, ...)`.
     - `beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, ...)`.
     - `uncached_greedy_decode(...)`: the O(L²) reference, for tests and benchmarks.
-    - `decode_function(decode, model, **options)`: a decoder as one `tf.function`.
+    - `decode_function(decode, model, *, jit_compile=False, **options)`: a decoder as one
+      `tf.function`, optionally compiled with XLA.
+    - `pad_width(ids, multiple)`: right-pads ids to a multiple of columns.
     - `cross_attention(model, ids, encoder_output, source_ids)`: attention behind ids.
 
 Call decoders inside a `tf.function` (`decode_function`): eager Keras calls cost 10-100x
@@ -20,9 +22,10 @@ more than graph ones.
 
 from keras_transformer.decoding.beam import beam_search, gnmt_length_penalty
 from keras_transformer.decoding.common import (END_ID, PAD_ID, START_ID, Decoded,
-                                               cross_attention, decode_function)
+                                               cross_attention, decode_function,
+                                               pad_width)
 from keras_transformer.decoding.greedy import greedy_decode, uncached_greedy_decode
 
 __all__ = ["END_ID", "PAD_ID", "START_ID", "Decoded", "beam_search", "cross_attention",
            "decode_function", "gnmt_length_penalty", "greedy_decode",
-           "uncached_greedy_decode"]
+           "pad_width", "uncached_greedy_decode"]

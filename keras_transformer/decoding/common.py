@@ -16,6 +16,10 @@ PAD_ID, START_ID, END_ID = 0, 2, 3
 # Finite, unlike -inf, so that sums and divisions of scores stay finite.
 FORBIDDEN = -1e9
 
+# Source widths an XLA-compiled decoder sees are multiples of this, so that a run
+# compiles a few programs rather than one per source length.
+XLA_SOURCE_WIDTH_STEP = 16
+
 
 class Decoded(typing.NamedTuple):
     """What every decoder returns (batch on axis 0).
@@ -38,22 +42,46 @@ class Decoded(typing.NamedTuple):
     attention: typing.Optional[tf.Tensor] = None
 
 
-def decode_function(decode, model, **options):
+def decode_function(decode, model, *, jit_compile=False, **options):
     """Returns `decode(model, source_ids, **options)` as a `tf.function` of `source_ids`.
 
     Traced once for int32 `(None, None)` ids, so batches of any size and length reuse the
     graph: the fast way to call a decoder outside a SavedModel (eager Keras calls cost
     10-100x more).
 
+    Args:
+        decode: a decoder such as `greedy_decode` or `beam_search`.
+        model: the `Transformer` it decodes with.
+        jit_compile: bool. Compile the decoder with XLA. A decoding step is many small
+            ops, and XLA fuses them into few kernels, which pays most at small batches
+            (BENCHMARKS.md, "Decoding throughput"). XLA compiles once per input shape,
+            so source ids are padded to a multiple of `XLA_SOURCE_WIDTH_STEP` columns
+            first (padding changes no output). Not for exported models: TF Serving
+            runs XLA on CPU only behind an experimental flag.
+        **options: keyword arguments of `decode`.
+
     Example:
     >>> translate = decode_function(beam_search, model, beam_size=4)
     >>> translate(source_ids).ids
     """
+    compiled = tf.function(lambda source_ids: decode(model, source_ids, **options),
+                           jit_compile=True) if jit_compile else None
+
     @tf.function(input_signature=[tf.TensorSpec((None, None), tf.int32)])
     def decode_ids(source_ids):
-        return decode(model, source_ids, **options)
+        if compiled is None:
+            return decode(model, source_ids, **options)
+        return compiled(pad_width(source_ids, XLA_SOURCE_WIDTH_STEP,
+                                  options.get("pad_id", PAD_ID)))
 
     return decode_ids
+
+
+def pad_width(ids, multiple, pad_id=PAD_ID):
+    """Returns `ids` `(B, S)` padded on the right to a multiple of `multiple` columns."""
+    width = tf.shape(ids)[1]
+    extra = (multiple - width % multiple) % multiple
+    return tf.pad(ids, [[0, 0], [0, extra]], constant_values=pad_id)
 
 
 def length_limits(model, source_ids, max_length, extra_length, pad_id):
