@@ -5,12 +5,14 @@ Transformer, and every output is exactly `--output-length` tokens long: the mode
 wrapped so that END never wins (its logit is replaced by -1e9), which is what makes the
 cached/uncached ratio a statement about length-50 outputs rather than about when a
 random model happens to stop. In-process decoders run inside one `tf.function`
-(`decoding.decode_function`); the SavedModel is loaded back with `tf.saved_model.load`
-and the `.tflite` file runs in LiteRT, both through their `serving_default` signature
-(tokenize → decode → detokenize). The first call of each is a warm-up (tracing).
+(`decoding.decode_function`), the `_xla` ones compiled with XLA; the SavedModel is
+loaded back with `tf.saved_model.load` and the `.tflite` file runs in LiteRT, both
+through their `serving_default` signature (tokenize → decode → detokenize). The first
+call of each is a warm-up (tracing, and XLA compilation).
 
     python -m benchmarks.decode_throughput                        # all, batch 1 and 32
     python -m benchmarks.decode_throughput --decoders cached uncached --batch-sizes 1
+    python -m benchmarks.decode_throughput --decoders cached cached_xla uncached uncached_xla
 """
 
 import argparse
