@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from benchmarks import (cold_start, decode_step_ops, decode_throughput, loss_step, models,
-                        train_throughput)
+from benchmarks import (bleu_callback_time, cold_start, decode_step_ops, decode_throughput,
+                        loss_step, models, train_throughput)
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -113,3 +113,37 @@ def test_decode_step_ops_times_every_variant(tmp_path):
                           "--calls", "1", "--json", str(path)])
     rows = json.loads(path.read_text())["rows"]
     assert len(rows) == 10 and all(row["ms_per_step"] > 0 for row in rows)
+
+
+def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
+                                                                   fixture_corpus_dir):
+    import dataclasses
+
+    import keras
+
+    from keras_transformer import config as config_lib, corpus, runs
+    from keras_transformer.tokenizer import train_tokenizer
+
+    run_dir = tmp_path / "run"
+    preset = config_lib.preset_config("tiny")
+    run_config = dataclasses.replace(
+        preset, data=dataclasses.replace(preset.data, data_dir=str(fixture_corpus_dir)))
+    lines = corpus.read_lines(fixture_corpus_dir / "train.en.gz")
+    tokenizer = train_tokenizer(lines + corpus.read_lines(fixture_corpus_dir / "train.de.gz"),
+                                run_config.model.vocabulary_size, verbose=False)
+    run_config = dataclasses.replace(run_config, model=dataclasses.replace(
+        run_config.model, vocabulary_size=tokenizer.vocabulary_size, num_layers=1))
+    run_dir.mkdir()
+    run_config.save(str(run_dir / runs.CONFIG))
+    tokenizer.save(str(run_dir / runs.TOKENIZER))
+    keras.utils.set_random_seed(0)
+    runs.build_model(run_config).save_weights(str(run_dir / runs.FINAL_WEIGHTS))
+
+    path = tmp_path / "result.json"
+    bleu_callback_time.main([str(run_dir), "--sentences", "4", "--repeats", "1",
+                             "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert [row["mode"] for row in result["rows"]] == ["graph", "xla"]
+    assert result["same_translations"]
+    assert result["graph_over_xla"] == pytest.approx(
+        result["rows"][0]["median_seconds"] / result["rows"][1]["median_seconds"])
