@@ -4,10 +4,10 @@ Token accuracy and loss measure teacher-forced prediction; BLEU measures transla
 `BleuCallback` translates a fixed set of validation sentences with the model being
 trained through the graph that is exported (`serving.Translator.translate`: the run's
 tokenizer, `decoding.greedy_decode`, detokenization, all in one `tf.function`; the
-decoding compiled with XLA unless asked otherwise) and scores them with sacreBLEU (detokenized, cased, `13a`). It logs the score to
-TensorBoard and the console, keeps the best-scoring weights, and can stop training when
-the score stops improving. Final scores come from `keras_transformer.evaluation`, on the
-exported translator.
+decoding compiled with XLA unless asked otherwise) and scores them with sacreBLEU
+(detokenized, cased, `13a`). It logs the score to TensorBoard and the console, keeps the
+best-scoring weights, and can stop training when the score stops improving. Final
+scores come from `keras_transformer.evaluation`, on the exported translator.
 """
 
 import json

@@ -193,6 +193,9 @@ def test_pad_width_rounds_up_to_the_multiple_with_padding():
     ids = decoding.pad_width(tf.constant([[5, 6, END]]), 4).numpy()
     np.testing.assert_array_equal(ids, [[5, 6, END, PAD]])
     assert decoding.pad_width(tf.constant([[5, 6, 7, END]]), 4).shape == (1, 4)
+    # Never past the limit (a model's max_length), never cut below the width.
+    assert decoding.pad_width(tf.constant([[5, 6, 7, 8, 9, END]]), 4, limit=7).shape == (1, 7)
+    assert decoding.pad_width(tf.constant([[5, 6, 7, END]]), 8, limit=3).shape == (1, 4)
 
 
 def test_attention_covers_real_source_tokens_only(model, greedy):

@@ -56,8 +56,9 @@ def decode_function(decode, model, *, jit_compile=False, **options):
             ops, and XLA fuses them into few kernels, which pays most at small batches
             (BENCHMARKS.md, "Decoding throughput"). XLA compiles once per input shape,
             so source ids are padded to a multiple of `XLA_SOURCE_WIDTH_STEP` columns
-            first (padding changes no output). Not for exported models: TF Serving
-            runs XLA on CPU only behind an experimental flag.
+            first, up to `model.max_length` (padding changes no output; attention
+            weights, when returned, cover the padded width). Not for exported models:
+            TF Serving runs XLA on CPU only behind an experimental flag.
         **options: keyword arguments of `decode`.
 
     Example:
@@ -72,16 +73,21 @@ def decode_function(decode, model, *, jit_compile=False, **options):
         if compiled is None:
             return decode(model, source_ids, **options)
         return compiled(pad_width(source_ids, XLA_SOURCE_WIDTH_STEP,
-                                  options.get("pad_id", PAD_ID)))
+                                  options.get("pad_id", PAD_ID), limit=model.max_length))
 
     return decode_ids
 
 
-def pad_width(ids, multiple, pad_id=PAD_ID):
-    """Returns `ids` `(B, S)` padded on the right to a multiple of `multiple` columns."""
+def pad_width(ids, multiple, pad_id=PAD_ID, limit=None):
+    """Returns `ids` `(B, S)` padded on the right to a multiple of `multiple` columns.
+
+    With `limit`, to at most `max(S, limit)` columns (a model's `max_length`).
+    """
     width = tf.shape(ids)[1]
-    extra = (multiple - width % multiple) % multiple
-    return tf.pad(ids, [[0, 0], [0, extra]], constant_values=pad_id)
+    target = (width + multiple - 1) // multiple * multiple
+    if limit is not None:
+        target = tf.minimum(target, tf.maximum(width, limit))
+    return tf.pad(ids, [[0, 0], [0, target - width]], constant_values=pad_id)
 
 
 def length_limits(model, source_ids, max_length, extra_length, pad_id):
