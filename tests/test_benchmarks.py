@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+import tensorflow as tf
+
 from benchmarks import (bleu_callback_time, cold_start, decode_step_ops, decode_throughput,
-                        loss_step, models, train_throughput)
+                        length_penalty, loss_step, models, train_throughput)
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -115,8 +117,8 @@ def test_decode_step_ops_times_every_variant(tmp_path):
     assert len(rows) == 10 and all(row["ms_per_step"] > 0 for row in rows)
 
 
-def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
-                                                                   fixture_corpus_dir):
+def _untrained_run(tmp_path, fixture_corpus_dir):
+    """A run directory of the tiny preset on the fixture corpus, with untrained weights."""
     import dataclasses
 
     import keras
@@ -138,7 +140,12 @@ def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
     tokenizer.save(str(run_dir / runs.TOKENIZER))
     keras.utils.set_random_seed(0)
     runs.build_model(run_config).save_weights(str(run_dir / runs.FINAL_WEIGHTS))
+    return run_dir
 
+
+def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
+                                                                   fixture_corpus_dir):
+    run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
     path = tmp_path / "result.json"
     bleu_callback_time.main([str(run_dir), "--sentences", "4", "--repeats", "1",
                              "--json", str(path)])
@@ -147,3 +154,32 @@ def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
     assert result["same_translations"]
     assert result["graph_over_xla"] == pytest.approx(
         result["rows"][0]["median_seconds"] / result["rows"][1]["median_seconds"])
+
+
+def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpus_dir):
+    import sacrebleu
+
+    from keras_transformer import corpus, runs, serving
+
+    run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
+    path = tmp_path / "result.json"
+    length_penalty.main([str(run_dir), "--weights", "final", "--alphas", "0", "2",
+                         "--sentences", "3", "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert [row["alpha"] for row in result["rows"]] == [0.0, 2.0]
+
+    # Each row is sacreBLEU on the exported graph's beam search with that α: chrF and
+    # BLEU's line (n-gram precisions, hypothesis length) depend on every character.
+    run_config, tokenizer, model = runs.load_run(str(run_dir), "final")
+    sources, references = (corpus.read_lines(path)[:3]
+                           for path in corpus.corpus_files(run_config.data, "validation"))
+    for row in result["rows"]:
+        translator = serving.Translator(model, tokenizer, length_penalty=row["alpha"])
+        outputs = translator.translate_beam(tf.constant(sources))["translations"].numpy()
+        hypotheses = [text.decode() for text in outputs]
+        bleu = sacrebleu.metrics.BLEU()
+        assert row["bleu_text"] == bleu.corpus_score(hypotheses, [references]).format(
+            signature=str(bleu.get_signature()))
+        assert row["chrf"] == pytest.approx(
+            sacrebleu.corpus_chrf(hypotheses, [references]).score)
+        assert row["chrf"] > 0

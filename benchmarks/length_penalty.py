@@ -1,0 +1,83 @@
+"""Beam search's length penalty α on a trained run: BLEU, chrF and output length per α.
+
+Beam search with the GNMT penalty (`decoding.beam_search`) ranks hypotheses by
+log P(Y) / ((5 + |Y|) / 6)^α; a larger α favours longer outputs. This script translates
+a split of the run's corpus with the run's weights (by default the averaged ones) for
+each α, in this process (`serving.Translator` with XLA decoding: the exported graph's
+beam search, whose α is fixed at export), and scores each with sacreBLEU. Choose α on
+the validation split, then report the test split with that α only.
+
+    python -m benchmarks.length_penalty RUN_DIR --split validation --alphas 0.6 1.0 1.5 2.0
+    python -m benchmarks.length_penalty RUN_DIR --split test --alphas 0.6 1.5
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from keras_transformer import corpus, evaluation, runs, runtimes, serving  # noqa: E402
+
+
+def parse_arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", help="a run directory with weights and a tokenizer")
+    parser.add_argument("--weights", default="averaged",
+                        help="weights of the run: averaged (default), final, latest or a path")
+    parser.add_argument("--split", default="validation", choices=sorted(corpus.MULTI30K_SPLITS),
+                        help="corpus split to score (default: validation)")
+    parser.add_argument("--alphas", nargs="+", type=float, default=[0.6, 1.0, 1.5, 2.0],
+                        help="length penalties to try (default: 0.6 1.0 1.5 2.0)")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="score only the first N sentences (default: all)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    arguments = parse_arguments(argv)
+    result = common.header(arguments)
+    run_config, tokenizer, model = runs.load_run(arguments.run_dir, arguments.weights)
+    source_path, reference_path = corpus.corpus_files(run_config.data, arguments.split)
+    sources = corpus.read_lines(source_path)[:arguments.sentences]
+    references = corpus.read_lines(reference_path)[:arguments.sentences]
+    rows = []
+    for alpha in arguments.alphas:
+        translator = serving.Translator(model, tokenizer, beam_size=arguments.beam_size,
+                                        length_penalty=alpha, jit_compile=True)
+
+        def runner(sentences, translator=translator):
+            return {key: value.numpy() for key, value in
+                    translator.translate_beam(
+                        tf.constant(runtimes.encode_sentences(sentences))).items()}
+
+        started = time.perf_counter()
+        hypotheses = evaluation.translate_file_lines(runner, sources, arguments.batch_size,
+                                                     verbose=False)
+        seconds = time.perf_counter() - started
+        scores = evaluation.score(hypotheses, references)
+        rows.append({"alpha": alpha, "bleu": scores["bleu"]["score"],
+                     "chrf": scores["chrf"]["score"],
+                     "length_ratio": _length_ratio(scores["bleu"]["text"]),
+                     "seconds": seconds, "bleu_text": scores["bleu"]["text"]})
+        print(scores["bleu"]["text"], f"(α {alpha})", flush=True)
+    common.print_table(rows, [("alpha", "α"), ("bleu", "BLEU"), ("chrf", "chrF"),
+                              ("length_ratio", "length ratio"), ("seconds", "s")])
+    result.update(split=arguments.split, sentences=len(sources), rows=rows,
+                  load_average_end=common.load_average())
+    common.write_json(arguments.json, result)
+
+
+def _length_ratio(bleu_text):
+    """Reads sacreBLEU's `ratio = x` (hypothesis / reference length) from its line."""
+    return float(bleu_text.split("ratio = ")[1].split()[0])
+
+
+if __name__ == "__main__":
+    main()
