@@ -1,4 +1,5 @@
-"""Small training callbacks Keras lacks: throughput, step summaries, rolling checkpoints.
+"""Small training callbacks Keras lacks: throughput, step summaries, rolling checkpoints,
+a time budget and a learning-rate cooldown.
 
 The resumable backup is in `keras_transformer.backup`.
 """
@@ -226,3 +227,58 @@ class TimeBudget(keras.callbacks.Callback):
     def elapsed_minutes(self):
         """Minutes since training began (0 before it has)."""
         return 0.0 if self._start is None else (time.monotonic() - self._start) / 60
+
+
+class LearningRateCooldown(keras.callbacks.Callback):
+    """Takes the learning rate linearly to 0 over the last `fraction` of a run.
+
+    A run's progress is the larger of its share of weight updates (`total_steps`) and
+    its share of the time budget (`minutes`, the clock starting with each `fit` as
+    `TimeBudget`'s does). Until progress reaches `1 - fraction` the schedule runs as
+    written; from there its `multiplier` falls linearly and reaches 0 where the run
+    ends. The inverse-square-root schedule never decays to 0, so a run cut short by a
+    budget otherwise ends at a high rate on noisy weights; a cooldown lets the last
+    checkpoints (the ones averaged) settle, as in warmup-stable-decay schedules
+    ([Hägele et al., 2024](https://arxiv.org/abs/2405.18392)).
+
+    Args:
+        schedule: a schedule with a `multiplier` variable (`WarmupInverseSqrtSchedule`).
+        fraction: float in (0, 1). The share of the run spent cooling down.
+        total_steps: int or None. Training steps of the whole run (optimizer
+            iterations: batches, also with gradient accumulation).
+        minutes: float or None. The run's time budget. At least one of the two is needed.
+    """
+
+    def __init__(self, schedule, fraction, *, total_steps=None, minutes=None):
+        super().__init__()
+        if not 0 < fraction < 1:
+            raise ValueError(f"cooldown_fraction must be between 0 and 1, got {fraction}.")
+        if not total_steps and not minutes:
+            raise ValueError("A learning-rate cooldown needs to know where the run ends: "
+                             "give a time budget (train.time_budget_minutes) or a number "
+                             "of epochs with known steps.")
+        self.schedule = schedule
+        self.fraction = float(fraction)
+        self.total_steps = total_steps
+        self.minutes = minutes
+        self._start = None
+        self._multiplier = None
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        multiplier = min(1.0, max(0.0, (1.0 - self.progress()) / self.fraction))
+        if multiplier != self._multiplier:
+            self.schedule.multiplier.assign(multiplier)
+            self._multiplier = multiplier
+
+    def progress(self):
+        """The run's progress in [0, ∞): 1 where it is due to end."""
+        shares = [0.0]
+        if self.total_steps:
+            iterations = keras.ops.convert_to_numpy(self.model.optimizer.iterations)
+            shares.append(int(iterations) / self.total_steps)
+        if self.minutes and self._start is not None:
+            shares.append((time.monotonic() - self._start) / 60 / self.minutes)
+        return max(shares)

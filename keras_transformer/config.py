@@ -81,6 +81,9 @@ class TrainConfig:
     # Wall-clock minutes after which training stops (at the end of the current epoch's
     # validation, with the usual final checkpoint and weights); None: no limit.
     time_budget_minutes: float | None = None
+    # Share of the run, at its end, over which the learning rate falls linearly to 0
+    # (by time with a budget, else by steps); 0: the schedule as written to the end.
+    cooldown_fraction: float = 0.0
     seed: int = 0
 
 

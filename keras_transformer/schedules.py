@@ -17,6 +17,11 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
     seen; dividing by `gradient_accumulation_steps` keeps the formula in weight updates,
     which is what the paper's steps are.
 
+    The formula is multiplied by `multiplier`, a non-trainable variable that stays 1
+    unless a callback changes it while training runs (`callbacks.LearningRateCooldown`
+    takes it to 0 over the end of a run). It is a variable rather than a number so that
+    the compiled training step reads its current value.
+
     Args:
         hidden_dim: int. Model width (`d_model` in the paper).
         warmup_steps: int. Updates of linear warmup. Defaults to `4000` (the paper's).
@@ -47,6 +52,8 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
         self.learning_rate_scale = learning_rate_scale
         self.gradient_accumulation_steps = gradient_accumulation_steps
         self.name = name
+        self.multiplier = keras.Variable(1.0, dtype="float32", trainable=False,
+                                         name="learning_rate_multiplier")
 
     def __call__(self, step):
         with keras.name_scope(self.name):
@@ -55,7 +62,7 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
             decay = ops.rsqrt(step)
             warmup = step * float(self.warmup_steps) ** -1.5
             return (self.learning_rate_scale * float(self.hidden_dim) ** -0.5
-                    * ops.minimum(decay, warmup))
+                    * ops.minimum(decay, warmup) * ops.convert_to_tensor(self.multiplier))
 
     def get_config(self):
         return {

@@ -68,7 +68,8 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     keras.utils.set_random_seed(config.train.seed)
     with strategy.scope():
         model = runs.build_model(config)
-        compile_model(model, config.train)
+        schedule = make_schedule(config.train, model.hidden_dim)
+        compile_model(model, config.train, make_optimizer(config.train, schedule=schedule))
     with warnings.catch_warnings():
         # The validation batches have no known count, so Keras learns it by reaching
         # their end, and warns that the data "ran out" each time it does.
@@ -78,19 +79,32 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
             steps_per_epoch=steps_per_epoch,
             callbacks=make_callbacks(config.train, run_dir, [
                 *make_translation_callbacks(config.train, run_dir, splits["validation"]),
-                *callbacks]),
+                *callbacks], schedule=schedule,
+                total_steps=config.train.epochs * steps_per_epoch),
             shuffle=False, verbose=verbose)  # the pipeline shuffles
     if distribution.is_chief():
         _save_atomically(model, os.path.join(run_dir, runs.FINAL_WEIGHTS))
     return history
 
 
-def make_optimizer(train_config, hidden_dim):
-    """Returns Adam with the warmup schedule (§5.3), accumulating gradients if asked."""
-    accumulation = train_config.gradient_accumulation_steps
-    schedule = WarmupInverseSqrtSchedule(
+def make_schedule(train_config, hidden_dim):
+    """Returns the warmup schedule of §5.3 as `train_config` sets it."""
+    return WarmupInverseSqrtSchedule(
         hidden_dim, train_config.warmup_steps, train_config.learning_rate_scale,
-        gradient_accumulation_steps=accumulation)
+        gradient_accumulation_steps=train_config.gradient_accumulation_steps)
+
+
+def make_optimizer(train_config, hidden_dim=None, *, schedule=None):
+    """Returns Adam with the warmup schedule, accumulating gradients if asked.
+
+    Args:
+        train_config: `TrainConfig`.
+        hidden_dim: int. The model's width, for a new `make_schedule`.
+        schedule: the schedule to use instead (`make_schedule`'s, kept by the caller).
+    """
+    if schedule is None:
+        schedule = make_schedule(train_config, hidden_dim)
+    accumulation = train_config.gradient_accumulation_steps
     return keras.optimizers.Adam(
         schedule, beta_1=train_config.beta_1, beta_2=train_config.beta_2,
         epsilon=train_config.epsilon,
@@ -114,7 +128,7 @@ def compile_model(model, train_config, optimizer=None):
         jit_compile=bool(train_config.jit_compile))
 
 
-def make_callbacks(train_config, run_dir, extra=()):
+def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_steps=None):
     """Returns the callbacks of a run, in the order they must run at each step.
 
     TerminateOnNaN comes first and raises, so nothing after it writes a bad state and
@@ -136,6 +150,13 @@ def make_callbacks(train_config, run_dir, extra=()):
                              "worker cluster, limit the run with train.epochs or "
                              "train.steps_per_epoch instead.")
         callbacks.append(callbacks_lib.TimeBudget(train_config.time_budget_minutes))
+    if train_config.cooldown_fraction:
+        if schedule is None:
+            raise ValueError("train.cooldown_fraction needs the optimizer's schedule "
+                             "(make_callbacks(..., schedule=make_schedule(...))).")
+        callbacks.append(callbacks_lib.LearningRateCooldown(
+            schedule, train_config.cooldown_fraction, total_steps=total_steps,
+            minutes=train_config.time_budget_minutes))
     if distribution.is_chief():
         callbacks.append(callbacks_lib.RollingCheckpoint(
             checkpoint_dir, every, train_config.keep_checkpoints))

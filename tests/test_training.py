@@ -17,6 +17,7 @@ from keras_transformer.schedules import WarmupInverseSqrtSchedule
 STEPS_PER_EPOCH = 6
 EPOCHS = 2
 INTERRUPT_AT_STEP = 9  # in the second epoch, one step after the backup of step 8
+COOLDOWN_FRACTION = 0.25  # the last 3 of the 12 steps, after the interruption
 
 
 class Interrupted(Exception):
@@ -50,7 +51,8 @@ def tiny_config(data_dir):
     return config_lib.override(config_lib.preset_config("tiny"), [
         f"data_dir={data_dir}", "num_layers=1", f"epochs={EPOCHS}",
         f"steps_per_epoch={STEPS_PER_EPOCH}",
-        "checkpoint_every_steps=2", "keep_checkpoints=3", "log_every_steps=2"])
+        "checkpoint_every_steps=2", "keep_checkpoints=3", "log_every_steps=2",
+        f"cooldown_fraction={COOLDOWN_FRACTION}"])
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +155,10 @@ def test_logs_have_throughput_learning_rate_and_accuracy(interrupted_then_resume
     assert second.logs["tokens_per_second"] > 0
     schedule = WarmupInverseSqrtSchedule(config.model.hidden_dim, config.train.warmup_steps)
     updates = int(history.model.optimizer.iterations)
-    np.testing.assert_allclose(second.logs["learning_rate"], float(schedule(updates)),
-                               rtol=1e-6)
+    # The last step began at progress (updates - 1) / updates, in the cooldown.
+    multiplier = (1 - (updates - 1) / updates) / COOLDOWN_FRACTION
+    np.testing.assert_allclose(second.logs["learning_rate"],
+                               float(schedule(updates)) * multiplier, rtol=1e-6)
     assert 0.0 <= second.logs["accuracy"] <= 1.0
     assert history.history["tokens_per_second"][-1] > 0
 
@@ -248,3 +252,49 @@ def test_time_budget_is_refused_in_a_worker_cluster(monkeypatch):
         training.make_callbacks(config_lib.TrainConfig(time_budget_minutes=5), "unused")
     with pytest.raises(ValueError, match="positive"):
         callbacks_lib.TimeBudget(0)
+
+
+def fit_with_constant_gradient(callbacks, steps, schedule):
+    """Trains w (from 0) with SGD on a loss whose gradient is always -1: w = Σ rates."""
+    model = keras.Sequential([keras.Input((1,)),
+                              keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+    model.compile(keras.optimizers.SGD(schedule), lambda targets, outputs: -outputs)
+    model.fit(np.ones((steps, 1)), np.zeros((steps, 1)), batch_size=1, epochs=1,
+              callbacks=callbacks, verbose=0)
+    return float(model.get_weights()[0][0, 0])
+
+
+def paper_rate(step, hidden_dim=4, warmup_steps=2):
+    """Equation (3) of the paper at its step `step` (counted from 1)."""
+    return hidden_dim ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def test_cooldown_takes_the_rate_the_step_applies_linearly_to_zero_by_steps():
+    schedule = WarmupInverseSqrtSchedule(hidden_dim=4, warmup_steps=2)
+    cooldown = callbacks_lib.LearningRateCooldown(schedule, 0.5, total_steps=8)
+    weight = fit_with_constant_gradient([cooldown], 8, schedule)
+    multipliers = [1, 1, 1, 1, 1, 0.75, 0.5, 0.25]  # progress k / 8 at step k
+    expected = sum(m * paper_rate(k + 1) for k, m in enumerate(multipliers))
+    np.testing.assert_allclose(weight, expected, rtol=1e-5)
+
+
+def test_cooldown_follows_the_time_budget_when_it_ends_first(monkeypatch):
+    clock = iter(range(0, 10_000, 30))  # every reading of the clock is 30 s later
+    monkeypatch.setattr(callbacks_lib.time, "monotonic", lambda: next(clock))
+    schedule = WarmupInverseSqrtSchedule(hidden_dim=4, warmup_steps=2)
+    cooldown = callbacks_lib.LearningRateCooldown(schedule, 0.5, total_steps=100, minutes=2)
+    weight = fit_with_constant_gradient([cooldown], 6, schedule)
+    multipliers = [1, 1, 0.5, 0, 0, 0]  # step k begins 30 (k + 1) s into the 120 s
+    expected = sum(m * paper_rate(k + 1) for k, m in enumerate(multipliers))
+    np.testing.assert_allclose(weight, expected, rtol=1e-5)
+
+
+def test_cooldown_needs_a_fraction_an_end_and_a_schedule():
+    schedule = WarmupInverseSqrtSchedule(hidden_dim=4, warmup_steps=2)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        callbacks_lib.LearningRateCooldown(schedule, 1.0, total_steps=10)
+    with pytest.raises(ValueError, match="time_budget_minutes"):
+        callbacks_lib.LearningRateCooldown(schedule, 0.2)
+    with pytest.raises(ValueError, match="schedule"):
+        training.make_callbacks(config_lib.TrainConfig(cooldown_fraction=0.2), "unused",
+                                total_steps=10)
