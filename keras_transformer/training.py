@@ -137,6 +137,14 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_step
     Only the chief of a worker cluster writes checkpoints and logs. The backup comes
     before any callback that may stop training at an epoch's end, and the end of the
     epoch it resumes after every callback (see `backup.ResumedEpochEnd`).
+
+    Args:
+        train_config: `TrainConfig`.
+        run_dir: str. The run directory.
+        extra: callbacks to run after ours and before the resumed epoch's end.
+        schedule: the optimizer's `WarmupInverseSqrtSchedule` (`make_schedule`), which
+            `train_config.cooldown_fraction` needs.
+        total_steps: int or None. Training steps of the whole run, for the cooldown.
     """
     every = train_config.checkpoint_every_steps
     checkpoint_dir = os.path.join(run_dir, runs.CHECKPOINTS)
