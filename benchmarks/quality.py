@@ -165,7 +165,7 @@ def table_row(result):
     data = config["data"]
     machine = result["machine"]
     hardware = (", ".join(machine["gpus"]) if machine["gpus"] and result["device"] != "cpu"
-                else f"{machine['cpu']}, {machine['cores']} cores")
+                else common.describe_cpu(machine))
     recipe = f"`{result['command']}`"
     training_text = (f"{record['minutes']:.1f} min, {record['updates']:,} updates, "
                      f"{record['epochs']} epochs")

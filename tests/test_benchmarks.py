@@ -4,13 +4,15 @@ They check that the scripts work and that what they write is consistent, not spe
 """
 
 import json
+import os
+import re
 
 import pytest
 
 import tensorflow as tf
 
-from benchmarks import (bleu_callback_time, cold_start, decode_step_ops, decode_throughput,
-                        length_penalty, loss_step, models, train_throughput)
+from benchmarks import (bleu_callback_time, cold_start, common, decode_step_ops,
+                        decode_throughput, length_penalty, loss_step, models, train_throughput)
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -22,6 +24,32 @@ def _run(main, arguments, tmp_path):
     result = json.loads(path.read_text())
     assert result["machine"]["cores"] >= 1 and len(result["load_average_start"]) == 3
     return result
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="needs Linux's /proc/cpuinfo")
+def test_machine_records_the_cpu_family_model_and_vector_extensions():
+    with open("/proc/cpuinfo", encoding="utf-8") as file:
+        first_cpu = file.read().split("\n\n")[0]
+
+    def field(name):
+        match = re.search(rf"^{name}\s*:\s*(.*)$", first_cpu, re.MULTILINE)
+        return match and match.group(1).strip()
+
+    facts = common.machine()
+    assert facts["cpu"] == field("model name")
+    assert (facts["cpu_family"], facts["cpu_model"]) == (field("cpu family"), field("model"))
+    flags = (field("flags") or "").split()
+    assert facts["cpu_features"] == [name for name in common.CPU_FEATURES if name in flags]
+
+
+def test_describe_cpu_names_avx512_and_reads_results_that_predate_it():
+    facts = {"cpu": "AMD EPYC", "cores": 2, "cpu_family": "25", "cpu_model": "17",
+             "cpu_features": ["avx2", "avx512f", "avx512_bf16"]}
+    assert common.describe_cpu(facts) == "AMD EPYC (family 25, model 17, AVX-512 bf16), 2 cores"
+    assert common.describe_cpu({**facts, "cpu_model": "1", "cpu_features": ["avx2"]}) == (
+        "AMD EPYC (family 25, model 1, no AVX-512), 2 cores")
+    assert common.describe_cpu({"cpu": "Intel(R) Xeon(R)", "cores": 2}) == (
+        "Intel(R) Xeon(R), 2 cores")
 
 
 def test_keras_hub_baseline_has_our_size():
