@@ -33,17 +33,12 @@ CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 
 def machine():
     """Returns the CPU (model, family, vector extensions), cores, accelerators and versions."""
-    fields = {}
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo", encoding="utf-8") as file:
-            for line in file:
-                if not line.strip():
-                    break  # the first processor's block is enough
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    flags = set(fields.get("flags", "").split())
     import keras
     import tensorflow as tf
+
+    from keras_transformer import distribution
+    fields = distribution.cpu_info()
+    flags = set(fields.get("flags", "").split())
     return {"cpu": fields.get("model name", "unknown"),
             "cpu_family": fields.get("cpu family"), "cpu_model": fields.get("model"),
             "cpu_features": [name for name in CPU_FEATURES if name in flags],

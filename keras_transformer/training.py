@@ -64,24 +64,30 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    previous_policy = keras.mixed_precision.global_policy()
     distribution.set_precision(config.train.mixed_precision)
-    keras.utils.set_random_seed(config.train.seed)
-    with strategy.scope():
-        model = runs.build_model(config)
-        schedule = make_schedule(config.train, model.hidden_dim)
-        compile_model(model, config.train, make_optimizer(config.train, schedule=schedule))
-    with warnings.catch_warnings():
-        # The validation batches have no known count, so Keras learns it by reaching
-        # their end, and warns that the data "ran out" each time it does.
-        warnings.filterwarnings("ignore", message="Your input ran out of data")
-        history = model.fit(
-            train_data, validation_data=validation_data, epochs=config.train.epochs,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=make_callbacks(config.train, run_dir, [
-                *make_translation_callbacks(config.train, run_dir, splits["validation"]),
-                *callbacks], schedule=schedule,
-                total_steps=config.train.epochs * steps_per_epoch),
-            shuffle=False, verbose=verbose)  # the pipeline shuffles
+    try:
+        keras.utils.set_random_seed(config.train.seed)
+        with strategy.scope():
+            model = runs.build_model(config)
+            schedule = make_schedule(config.train, model.hidden_dim)
+            compile_model(model, config.train, make_optimizer(config.train, schedule=schedule))
+        with warnings.catch_warnings():
+            # The validation batches have no known count, so Keras learns it by reaching
+            # their end, and warns that the data "ran out" each time it does.
+            warnings.filterwarnings("ignore", message="Your input ran out of data")
+            history = model.fit(
+                train_data, validation_data=validation_data, epochs=config.train.epochs,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=make_callbacks(config.train, run_dir, [
+                    *make_translation_callbacks(config.train, run_dir, splits["validation"]),
+                    *callbacks], schedule=schedule,
+                    total_steps=config.train.epochs * steps_per_epoch),
+                shuffle=False, verbose=verbose)  # the pipeline shuffles
+    finally:
+        # The precision is this run's: what the caller builds next in this process
+        # (averaging, export, evaluation) is built in the caller's own policy again.
+        keras.mixed_precision.set_global_policy(previous_policy)
     if distribution.is_chief():
         _save_atomically(model, os.path.join(run_dir, runs.FINAL_WEIGHTS))
     return history

@@ -1,6 +1,7 @@
 """Strategy choice, and the same numbers on one device and on two mirrored replicas."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -141,3 +142,35 @@ def test_precision_policies():
             distribution.set_precision("float8")
     finally:
         distribution.set_precision(None)
+
+
+@pytest.mark.skipif(bool(tf.config.list_logical_devices("GPU")),
+                    reason="the warning is about training on a CPU")
+@pytest.mark.parametrize("precision, has_bfloat16, warns", [
+    ("bfloat16", False, True),   # emulated: slower than float32
+    ("bfloat16", True, False),   # AVX-512 BF16 or AMX: faster
+    ("float16", True, True),     # bfloat16 instructions do not multiply float16
+])
+def test_half_precision_on_a_cpu_warns_unless_the_cpu_multiplies_it(
+        monkeypatch, caplog, precision, has_bfloat16, warns):
+    monkeypatch.setattr(distribution, "cpu_has_bfloat16", lambda: has_bfloat16)
+    try:
+        with caplog.at_level(logging.INFO):
+            distribution.set_precision(precision)
+    finally:
+        distribution.set_precision(None)
+    warnings = [record.getMessage() for record in caplog.records
+                if record.levelno >= logging.WARNING]
+    assert any("slower than float32" in message for message in warnings) is warns
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ("fpu avx2 avx512f avx512_bf16 avx512_vnni", True),
+    ("fpu avx2 amx_tile amx_bf16", True),
+    ("fpu avx2 avx512f avx512_vnni", False),
+    (None, False),  # no /proc/cpuinfo
+])
+def test_cpu_has_bfloat16_reads_the_cpu_flags(monkeypatch, flags, expected):
+    monkeypatch.setattr(distribution, "cpu_info",
+                        lambda: {} if flags is None else {"flags": flags})
+    assert distribution.cpu_has_bfloat16() is expected

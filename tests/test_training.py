@@ -232,6 +232,19 @@ def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
     assert training.make_translation_callbacks(off.train, str(tmp_path), validation) == []
 
 
+def test_mixed_precision_belongs_to_the_run_alone(tmp_path, fixture_corpus_dir):
+    """A bfloat16 run trains in bfloat16; what the process builds afterwards is float32."""
+    config = config_lib.override(tiny_config(fixture_corpus_dir), [
+        "mixed_precision=bfloat16", "epochs=1", "steps_per_epoch=2",
+        "bleu_sentences=0", "monitor_sentences=0"])
+    history = training.train(config, str(tmp_path / "run"), verbose=0)
+    assert history.model.dtype_policy.name == "mixed_bfloat16"
+    assert np.isfinite(history.history["loss"]).all()
+    assert keras.mixed_precision.global_policy().name == "float32"
+    _, _, model = runs.load_run(str(tmp_path / "run"))
+    assert model.dtype_policy.name == "float32"
+
+
 def test_time_budget_stops_after_the_batch_that_exceeds_it(monkeypatch):
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(keras.optimizers.SGD(), "mse")
