@@ -53,7 +53,9 @@ def parse_arguments(argv=None):
                         help="'both': steps of each model's own process (0: none)")
     parser.add_argument("--profile-steps", type=int, default=0,
                         help="after timing, profile this many steps by op and part")
-    parser.add_argument("--jit-compile", action="store_true", help="XLA (GPU)")
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="XLA; batches padded to their bucket's shape, each shape "
+                             "compiled before timing")
     parser.add_argument("--mixed-precision", default=None,
                         help="bfloat16 or float16 (GPU)")
     parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
@@ -77,7 +79,8 @@ def make_data(arguments):
         tokenizer = common.IdTokenizer()
     dataset = data.make_dataset(text, tokenizer, batch_tokens=arguments.batch_tokens,
                                 max_length=arguments.max_length, shuffle=True,
-                                seed=0, repeat=True, verbose=False)
+                                seed=0, repeat=True, pad_to_bucket=arguments.jit_compile,
+                                verbose=False)
     return dataset, vocabulary_size
 
 
@@ -152,6 +155,7 @@ def measure_paired(arguments):
     for _ in batches:  # fill the cache: then both models read the very same batches
         pass
     trained = {name: compiled_model(name, arguments, vocabulary_size) for name in MODELS}
+    compile_seconds = compile_every_shape(trained, batches) if arguments.jit_compile else {}
     timers = {name: StepTimer() for name in MODELS}
     for step in range(total):
         for name in MODELS if step % 2 == 0 else MODELS[::-1]:
@@ -159,11 +163,39 @@ def measure_paired(arguments):
                               callbacks=[timers[name]], shuffle=False, verbose=0)
     timed = {name: timers[name].steps[arguments.warmup_batches:] for name in MODELS}
     rows = [{"model": name, "parameters": trained[name].count_params(),
-             "vocabulary_size": vocabulary_size, **summarize(timed[name], arguments)}
+             "vocabulary_size": vocabulary_size, **summarize(timed[name], arguments),
+             **({"xla_compile_seconds": compile_seconds[name]} if compile_seconds else {})}
             for name in MODELS]
     step_ratios = [hub / ours for (ours, _), (hub, _) in zip(timed["ours"],
                                                               timed["keras_hub"])]
     return rows, statistics.median(step_ratios)
+
+
+def compile_every_shape(trained, batches):
+    """Runs each model once on one batch of every input shape in `batches`, untimed.
+
+    Under XLA each new shape is a new compilation (seconds each), which the timed steps
+    would otherwise pay whenever they meet a bucket for the first time; the training
+    data pads batches to their bucket's shape (`pad_to_bucket`) so that these are few.
+
+    Returns:
+        `{name: seconds}`, the time each model spent on these first steps.
+    """
+    firsts, seen = [], set()
+    for index, (inputs, _, _) in enumerate(batches):
+        shape = (tuple(inputs["source_ids"].shape), tuple(inputs["target_ids"].shape))
+        if shape not in seen:
+            seen.add(shape)
+            firsts.append(index)
+    print(f"Compiling {len(firsts)} batch shapes for each model (XLA)", flush=True)
+    seconds = {}
+    for name, model in trained.items():
+        start = time.perf_counter()
+        for index in firsts:
+            model.fit(batches.skip(index).take(1), epochs=1, steps_per_epoch=1,
+                      shuffle=False, verbose=0)
+        seconds[name] = time.perf_counter() - start
+    return seconds
 
 
 def measure_memory(arguments):
@@ -204,7 +236,8 @@ COLUMNS = [("model", "model"), ("parameters", "params"),
            ("tokens_per_second", "target tok/s"), ("gflops_per_second", "GFLOP/s"),
            ("median_step_seconds", "step s"), ("peak_rss_mb", "peak RSS MB"),
            ("rss_before_model_mb", "RSS before model MB"),
-           ("alone_tokens_per_second", "alone tok/s")]
+           ("alone_tokens_per_second", "alone tok/s"),
+           ("xla_compile_seconds", "XLA compile s")]
 
 
 def compare(arguments):

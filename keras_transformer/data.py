@@ -15,7 +15,8 @@ Public API:
     - `tokenize_split(parallel_text, tokenizer, *, max_length) -> TokenizedPairs` and
       `batch_pairs(pairs, *, batch_tokens, max_length, ...) -> tf.data.Dataset`, the two
       halves of `make_dataset`, and `batches_per_pass(pairs, ...) -> int`.
-    - `bucket_boundaries(max_length)` and `bucket_batch_sizes(boundaries, batch_tokens)`.
+    - `bucket_boundaries(max_length)`, `bucket_lengths(boundaries, max_length)` and
+      `bucket_batch_sizes(boundaries, max_length, batch_tokens)`.
 
 Sequences (ids from `keras_transformer.tokenizer`; padding is `PAD_ID = 0`):
     source_ids = START source END
@@ -26,9 +27,14 @@ pairs are dropped and counted. `loss_weights` is 1.0 on real target tokens and 0
 padding.
 
 Token budget: a batch holds B pairs padded to length L with B × L ≤ `batch_tokens` on
-each side. Under a `tf.distribute` strategy the budget is global: pass the dataset to
-`model.fit` (or `strategy.experimental_distribute_dataset`), which splits each batch along
-B, so each of N replicas sees about `batch_tokens / N` tokens per side.
+each side. By default a batch is padded to its own longest pair, so batches take many
+shapes; with `pad_to_bucket=True` every batch of a bucket has the bucket's full size and
+length, so that they take as few shapes as there are buckets (what XLA needs: it
+compiles one program per input shape).
+
+Under a `tf.distribute` strategy the budget is global: pass the dataset to `model.fit`
+(or `strategy.experimental_distribute_dataset`), which splits each batch along B, so
+each of N replicas sees about `batch_tokens / N` tokens per side.
 """
 
 import dataclasses
@@ -115,16 +121,20 @@ def bucket_batch_sizes(boundaries, max_length, batch_tokens):
     Returns:
         A list of `len(boundaries) + 1` ints.
     """
-    longest = [bound - 1 for bound in boundaries] + [max_length]
     if batch_tokens < max_length:
         raise ValueError(
             f"batch_tokens={batch_tokens} cannot hold one sequence of max_length="
             f"{max_length}: raise DataConfig.batch_tokens or lower ModelConfig.max_length.")
-    return [batch_tokens // length for length in longest]
+    return [batch_tokens // length for length in bucket_lengths(boundaries, max_length)]
+
+
+def bucket_lengths(boundaries, max_length):
+    """Longest sequence of each bucket: `len(boundaries) + 1` ints, the last `max_length`."""
+    return [bound - 1 for bound in boundaries] + [max_length]
 
 
 def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=True,
-                 seed=0, repeat=False, start_batch=0, verbose=True):
+                 seed=0, repeat=False, start_batch=0, pad_to_bucket=False, verbose=True):
     """Builds the training (or evaluation) pipeline of one split.
 
     Tokenizes with `tokenize_pairs`, then batches with `batch_pairs` (see there for the
@@ -140,6 +150,7 @@ def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=
         repeat: bool. Pass over the data again and again, forever (then pass
             `steps_per_epoch` to `fit`).
         start_batch: int. Number of batches of the stream to leave out at its start.
+        pad_to_bucket: bool. Pad every batch to its bucket's full size and length.
         verbose: bool. Print one line with the number of pairs dropped as too long.
 
     Returns:
@@ -147,7 +158,8 @@ def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=
     """
     pairs = tokenize_split(parallel_text, tokenizer, max_length=max_length, verbose=verbose)
     return batch_pairs(pairs, batch_tokens=batch_tokens, max_length=max_length,
-                       shuffle=shuffle, seed=seed, repeat=repeat, start_batch=start_batch)
+                       shuffle=shuffle, seed=seed, repeat=repeat, start_batch=start_batch,
+                       pad_to_bucket=pad_to_bucket)
 
 
 def tokenize_split(parallel_text, tokenizer, *, max_length, verbose=True):
@@ -174,7 +186,7 @@ def tokenize_split(parallel_text, tokenizer, *, max_length, verbose=True):
 
 
 def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat=False,
-                start_batch=0):
+                start_batch=0, pad_to_bucket=False):
     """Cuts tokenized pairs into length-bucketed batches, pass after pass.
 
     Pass `p` over the data (numbered from 0) visits the pairs in the order of a
@@ -201,6 +213,10 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
             each time the dataset is iterated).
         start_batch: int. Batches of the stream to leave out at its start: whole passes
             are skipped without being computed, the rest of one pass is.
+        pad_to_bucket: bool. Pad every batch to its bucket's full batch size and longest
+            length, with rows and positions of `PAD_ID` (loss weight 0), so that the
+            batches take one shape per bucket: for `jit_compile`, where each new shape
+            is a new XLA compilation. The pairs and their order are the same either way.
 
     Returns:
         A `tf.data.Dataset` of `(inputs, targets, loss_weights)` (see module docstring).
@@ -209,6 +225,9 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
     batch_sizes = tf.constant(bucket_batch_sizes(boundaries, max_length, batch_tokens),
                               tf.int64)
     buckets = tf.constant(_buckets(pairs, boundaries), tf.int64)  # (N,)
+    shapes = (tf.stack([batch_sizes, tf.constant(bucket_lengths(boundaries, max_length),
+                                                 tf.int64)], axis=1)
+              if pad_to_bucket else None)  # (buckets, 2): rows and length of a full batch
 
     def one_pass(pass_index):
         if shuffle:
@@ -228,7 +247,8 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
             batches = tf.gather(batches, tf.random.experimental.stateless_shuffle(
                 tf.range(batches.nrows()), seed=batch_seed))
         return tf.data.Dataset.from_tensor_slices(batches).map(
-            _gather_padded(pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            _gather_padded(pairs, buckets, shapes), num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True)
 
     if repeat:
         per_pass = batches_per_pass(pairs, batch_tokens=batch_tokens, max_length=max_length,
@@ -311,12 +331,21 @@ def _drop_small_partial_batches(batches, buckets, batch_sizes):
     return tf.ragged.boolean_mask(batches, keep)
 
 
-def _gather_padded(pairs):
-    """Returns the map from a batch's pair indices to its padded id matrices."""
+def _gather_padded(pairs, buckets, shapes=None):
+    """Returns the map from a batch's pair indices to its padded id matrices.
+
+    Args:
+        pairs: `TokenizedPairs`.
+        buckets: int64 `(N,)`, the bucket of each pair (see `_buckets`).
+        shapes: optional int64 `(buckets, 2)`: pad a batch of bucket i to `shapes[i]`
+            (rows, length); without it, to the batch's own longest row.
+    """
     rows = (pairs.source_ids, pairs.target_ids, pairs.targets)
 
     def gather(indices):
-        return tuple(tf.gather(row, indices).to_tensor(PAD_ID) for row in rows)
+        # All the pairs of a batch share its bucket: the first one tells it.
+        shape = None if shapes is None else tf.gather(shapes, buckets[indices[0]])
+        return tuple(tf.gather(row, indices).to_tensor(PAD_ID, shape=shape) for row in rows)
 
     return gather
 

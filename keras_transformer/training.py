@@ -272,11 +272,13 @@ def make_datasets(config, tokenizer, splits, position=(0, 0)):
     steps_per_epoch = (config.train.steps_per_epoch
                        or data.batches_per_pass(pairs, **options))
     epoch, batches_done = position
+    # XLA compiles the step anew for each input shape it meets: one shape per bucket.
+    pad_to_bucket = bool(config.train.jit_compile)
     train_data = data.batch_pairs(pairs, shuffle=True, seed=config.data.seed, repeat=True,
                                   start_batch=epoch * steps_per_epoch + batches_done,
-                                  **options)
+                                  pad_to_bucket=pad_to_bucket, **options)
     validation_data = data.make_dataset(splits["validation"], tokenizer, shuffle=False,
-                                        **options)
+                                        pad_to_bucket=pad_to_bucket, **options)
     return train_data, validation_data, steps_per_epoch
 
 

@@ -225,3 +225,34 @@ def test_small_partial_batches_are_left_out_of_training_passes_only(parallel_tex
             assert min(fills) < data.MIN_PARTIAL_BATCH_FILL
             assert sum(int(len(t)) for _, t, _ in dataset) == int(pairs.source_ids.nrows())
     assert counts[True] < counts[False]
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_padding_to_the_bucket_gives_one_shape_per_bucket_and_the_same_pairs(
+        parallel_text, tokenizer, shuffle):
+    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    boundaries = data.bucket_boundaries(MAX_LENGTH)
+    bucket_shapes = set(zip(data.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS),
+                            data.bucket_lengths(boundaries, MAX_LENGTH)))
+    options = dict(batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH, seed=3, shuffle=shuffle)
+    plain = list(data.batch_pairs(pairs, **options))
+    padded = list(data.batch_pairs(pairs, pad_to_bucket=True, **options))
+    assert len(padded) == len(plain)
+    plain_shapes, padded_shapes = set(), set()
+    for (inputs, targets, weights), (padded_inputs, padded_targets, padded_weights) in zip(
+            plain, padded):
+        plain_shapes.add((tuple(inputs["source_ids"].shape), tuple(targets.shape)))
+        shape = tuple(padded_targets.shape)
+        assert shape in bucket_shapes
+        padded_shapes.add(shape)
+        # The unpadded batch is the top-left corner; everything else is PAD, weight 0.
+        for plain_ids, padded_ids in ((inputs["source_ids"], padded_inputs["source_ids"]),
+                                      (inputs["target_ids"], padded_inputs["target_ids"]),
+                                      (targets, padded_targets), (weights, padded_weights)):
+            assert tuple(padded_ids.shape) == shape
+            rows, length = plain_ids.shape
+            np.testing.assert_array_equal(padded_ids[:rows, :length], plain_ids)
+            rest = padded_ids.numpy().copy()
+            rest[:rows, :length] = PAD_ID
+            assert (rest == PAD_ID).all()
+    assert len(padded_shapes) < len(plain_shapes)

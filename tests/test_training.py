@@ -7,6 +7,7 @@ import os
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 from keras_transformer import callbacks as callbacks_lib
@@ -230,6 +231,58 @@ def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
     assert monitor.sources == list(validation.source_lines[:3])
     off = config_lib.override(config, ["bleu_sentences=0", "monitor_sentences=0"])
     assert training.make_translation_callbacks(off.train, str(tmp_path), validation) == []
+
+
+@pytest.mark.parametrize("use_fused_attention", [False, True])
+def test_bucket_padding_changes_neither_the_loss_nor_the_gradients(use_fused_attention):
+    """The PAD rows and positions of `pad_to_bucket` (a wholly padded source row among
+    them) leave the loss and every gradient as they were: XLA trains on the same thing."""
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.model import Transformer
+    keras.utils.set_random_seed(0)
+    model = Transformer(50, num_layers=1, hidden_dim=16, intermediate_dim=32, num_heads=2,
+                        max_length=16, use_fused_attention=use_fused_attention)
+    loss_function = LabelSmoothedCrossEntropy(0.1)
+    source = np.array([[2, 7, 8, 9, 3, 0], [2, 5, 3, 0, 0, 0], [2, 11, 12, 13, 14, 3]])
+    target_ids = np.array([[2, 20, 21, 0, 0], [2, 22, 23, 24, 25], [2, 26, 0, 0, 0]])
+    targets = np.array([[20, 21, 3, 0, 0], [22, 23, 24, 25, 3], [26, 3, 0, 0, 0]])
+
+    def loss_and_gradients(rows, length):
+        padded = [np.pad(ids, [(0, rows - len(ids)), (0, length - ids.shape[1])])
+                  for ids in (source, target_ids, targets)]
+        with tf.GradientTape() as tape:
+            logits = model({"source_ids": padded[0], "target_ids": padded[1]})
+            loss = loss_function(padded[2], logits,
+                                 sample_weight=(padded[2] != 0).astype("float32"))
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    loss, gradients = loss_and_gradients(3, 6)
+    padded_loss, padded_gradients = loss_and_gradients(5, 9)
+    assert np.isfinite(padded_loss)
+    np.testing.assert_allclose(padded_loss, loss, rtol=1e-5)
+    for gradient, padded_gradient in zip(gradients, padded_gradients):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(padded_gradient),
+                                   keras.ops.convert_to_numpy(gradient), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_xla_runs_get_one_batch_shape_per_bucket(fixture_corpus_dir, jit_compile):
+    from keras_transformer import corpus, data
+    from keras_transformer.tokenizer import train_tokenizer
+    config = config_lib.override(tiny_config(fixture_corpus_dir),
+                                 [f"jit_compile={str(jit_compile).lower()}"])
+    splits = {split: corpus.load_split(config.data, split, verbose=False)
+              for split in ("train", "validation")}
+    tokenizer = train_tokenizer(splits["train"].source_lines + splits["train"].target_lines,
+                                300, verbose=False)
+    train_data, validation_data, steps = training.make_datasets(config, tokenizer, splits)
+    boundaries = data.bucket_boundaries(config.model.max_length)
+    bucket_shapes = set(zip(
+        data.bucket_batch_sizes(boundaries, config.model.max_length, config.data.batch_tokens),
+        data.bucket_lengths(boundaries, config.model.max_length)))
+    for dataset in (train_data.take(steps), validation_data):
+        shapes = {tuple(targets.shape) for _, targets, _ in dataset}
+        assert shapes <= bucket_shapes if jit_compile else not shapes <= bucket_shapes
 
 
 def test_mixed_precision_belongs_to_the_run_alone(tmp_path, fixture_corpus_dir):
