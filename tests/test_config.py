@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import pathlib
 
 import pytest
 
@@ -30,6 +31,18 @@ def test_paper_presets_follow_table_3():
     assert (big.model.num_layers, big.model.hidden_dim, big.model.intermediate_dim,
             big.model.num_heads, big.model.dropout) == (6, 1024, 4096, 16, 0.3)
     assert base.train.label_smoothing == 0.1 and base.train.warmup_steps == 4000
+
+
+def test_the_hour_preset_is_the_recipe_of_the_measured_row():
+    """`multi30k_hour` trains what the 33.3 BLEU row of BENCHMARKS.md trained."""
+    record = pathlib.Path(__file__).parents[1] / "benchmarks" / "results" / (
+        "quality-20261125T033208Z.json")
+    measured = json.loads(record.read_text(encoding="utf-8"))["config"]
+    preset = json.loads(config_lib.preset_config("multi30k_hour").to_json())
+    assert preset["model"] == measured["model"]
+    assert preset["train"] == measured["train"]
+    assert {key: value for key, value in preset["data"].items() if key != "data_dir"} == {
+        key: value for key, value in measured["data"].items() if key != "data_dir"}
 
 
 def test_overrides_by_section_or_unique_field_name():
