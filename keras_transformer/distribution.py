@@ -120,10 +120,10 @@ def set_precision(mixed_precision):
                          mixed_precision)
         else:
             # Runs, but without those instructions each half-precision matmul is
-            # emulated or converted to float32 and back: slower, not faster.
-            logging.warning("mixed_precision=%s on a CPU without %s instructions will be "
-                            "slower than float32.", mixed_precision,
-                            "bfloat16" if policy == "mixed_bfloat16" else "float16")
+            # converted to float32 and back or emulated: slower, not faster.
+            logging.warning("mixed_precision=%s on this CPU will be slower than float32: "
+                            "half precision is fast on a CPU only as bfloat16, with "
+                            "AVX-512 BF16 or AMX instructions.", mixed_precision)
     keras.mixed_precision.set_global_policy(policy)
     return policy
 
