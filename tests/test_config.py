@@ -34,13 +34,17 @@ def test_paper_presets_follow_table_3():
 
 
 def test_the_hour_preset_is_the_recipe_of_the_measured_row():
-    """`multi30k_hour` trains what the 33.3 BLEU row of BENCHMARKS.md trained."""
+    """`multi30k_hour` trains what the 33.3 BLEU row of BENCHMARKS.md trained.
+
+    That run had BLEU early stopping on (patience 5), which never fired in it; the preset
+    leaves it off so that the time budget alone ends a run.
+    """
     record = pathlib.Path(__file__).parents[1] / "benchmarks" / "results" / (
         "quality-20261125T033208Z.json")
     measured = json.loads(record.read_text(encoding="utf-8"))["config"]
     preset = json.loads(config_lib.preset_config("multi30k_hour").to_json())
     assert preset["model"] == measured["model"]
-    assert preset["train"] == measured["train"]
+    assert preset["train"] == {**measured["train"], "bleu_patience": None}
     assert {key: value for key, value in preset["data"].items() if key != "data_dir"} == {
         key: value for key, value in measured["data"].items() if key != "data_dir"}
 
