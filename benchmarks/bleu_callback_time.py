@@ -21,9 +21,7 @@ from keras_transformer import bleu_callback, runs  # noqa: E402
 
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", help="a run directory with weights and a tokenizer")
-    parser.add_argument("--weights", default=None,
-                        help="weights file in the run (default: as runs.load_run picks)")
+    common.add_run_arguments(parser)
     parser.add_argument("--sentences", type=int, default=200,
                         help="validation sentences translated per call (default: 200)")
     parser.add_argument("--repeats", type=int, default=3,

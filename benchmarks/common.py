@@ -216,6 +216,14 @@ def small_tokenizer(seed=0):
                                          verbose=False)
 
 
+def add_run_arguments(parser, default_weights=None):
+    """Adds the options of scripts that read a trained run: `run_dir` and `--weights`."""
+    parser.add_argument("run_dir", help="a run directory with weights and a tokenizer")
+    parser.add_argument("--weights", default=default_weights,
+                        help="weights of the run: averaged, final, latest or a path "
+                             f"(default: {default_weights or 'the newest'})")
+
+
 def add_model_arguments(parser):
     """Adds the Transformer size options every script shares (defaults: CPU-friendly)."""
     parser.add_argument("--vocabulary-size", type=int, default=8000)

@@ -25,9 +25,7 @@ from keras_transformer import corpus, evaluation, runs, runtimes, serving  # noq
 
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", help="a run directory with weights and a tokenizer")
-    parser.add_argument("--weights", default="averaged",
-                        help="weights of the run: averaged (default), final, latest or a path")
+    common.add_run_arguments(parser, default_weights="averaged")
     parser.add_argument("--split", default="validation", choices=sorted(corpus.MULTI30K_SPLITS),
                         help="corpus split to score (default: validation)")
     parser.add_argument("--alphas", nargs="+", type=float, default=[0.6, 1.0, 1.5, 2.0],
