@@ -93,6 +93,8 @@ class BleuCallback(keras.callbacks.Callback):
         It reads the run's `tokenizer/`, writes summaries to `run_dir/logs/validation`
         (next to Keras's validation scalars) and the best weights to
         `run_dir/checkpoints`. `kwargs` are the other arguments of `BleuCallback`.
+        `training.train` adds one itself when `train.bleu_sentences` is set; pass your
+        own only with that field at 0.
 
         Example:
         >>> sources, references = validation_slice(config.data, 500)

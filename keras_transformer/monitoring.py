@@ -44,6 +44,9 @@ class TranslationMonitor(keras.callbacks.Callback):
         max_length: int or `None`. Most output tokens per sentence; defaults to the
             paper's source length + 50 (see `decoding.greedy_decode`).
 
+    `training.train` adds one itself when `train.monitor_sentences` is set; pass your
+    own only with that field at 0.
+
     Example:
     >>> sources, references = bleu_callback.validation_slice(config.data, 3)
     >>> training.train(config, run_dir, callbacks=[

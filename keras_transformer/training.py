@@ -45,12 +45,15 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     Args:
         config: `Config`.
         run_dir: str. The run directory (layout in `keras_transformer.runs`).
-        callbacks: extra Keras callbacks, run after ours.
+        callbacks: extra Keras callbacks, run after ours. A `BleuCallback` or
+            `TranslationMonitor` only where `train.bleu_sentences` or
+            `train.monitor_sentences` is 0: those fields add the run's own.
         verbose: passed to `model.fit` (`"auto"`, 0, 1 or 2).
 
     Returns:
         The `keras.callbacks.History` of `model.fit`; the model is `history.model`.
     """
+    _check_translation_callbacks(config.train, callbacks)
     strategy = distribution.choose_strategy(config.train.devices)
     created = not os.path.exists(run_dir)
     try:
@@ -211,6 +214,24 @@ def make_translation_callbacks(train_config, run_dir, validation_text):
         callbacks.append(TranslationMonitor.for_run(run_dir, sources[:count],
                                                     references[:count]))
     return callbacks
+
+
+def _check_translation_callbacks(train_config, callbacks):
+    """Refuses a BLEU callback or translation monitor that the config already adds.
+
+    Two BLEU callbacks of one run keep their best weights in the same checkpoint
+    directory, each by its own slice of sentences, and log the same TensorBoard tags.
+    """
+    from keras_transformer.bleu_callback import BleuCallback
+    from keras_transformer.monitoring import TranslationMonitor
+    for kind, field in ((BleuCallback, "bleu_sentences"),
+                        (TranslationMonitor, "monitor_sentences")):
+        if getattr(train_config, field) and any(isinstance(callback, kind)
+                                                for callback in callbacks):
+            raise ValueError(
+                f"train.{field}={getattr(train_config, field)} already adds a "
+                f"{kind.__name__} to the run, and `callbacks` holds another: set "
+                f"train.{field}=0 to use your own, or leave it out of `callbacks`.")
 
 
 def prepare_run_dir(config, run_dir, train_text):

@@ -233,6 +233,25 @@ def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
     assert training.make_translation_callbacks(off.train, str(tmp_path), validation) == []
 
 
+@pytest.mark.parametrize("field", ["bleu_sentences", "monitor_sentences"])
+def test_a_translation_callback_the_config_already_adds_is_refused(
+        tmp_path, fixture_corpus_dir, field):
+    """A second BLEU callback would keep its best weights in the same checkpoints."""
+    from keras_transformer.bleu_callback import BleuCallback
+    from keras_transformer.monitoring import TranslationMonitor
+
+    kind = {"bleu_sentences": BleuCallback, "monitor_sentences": TranslationMonitor}[field]
+    run_dir = tmp_path / "run"
+    callback = kind.for_run(str(run_dir), ["A man."], ["Ein Mann."])
+    config = config_lib.override(tiny_config(fixture_corpus_dir), [f"{field}=2"])
+    with pytest.raises(ValueError, match=f"train.{field}=2 already adds a {kind.__name__}"):
+        training.train(config, str(run_dir), callbacks=[callback])
+    assert not run_dir.exists()
+    # With the config's own callback off, the caller's is accepted.
+    off = config_lib.override(config, [f"{field}=0"])
+    training._check_translation_callbacks(off.train, [callback])
+
+
 @pytest.mark.parametrize("use_fused_attention", [False, True])
 def test_bucket_padding_changes_neither_the_loss_nor_the_gradients(use_fused_attention):
     """The PAD rows and positions of `pad_to_bucket` (a wholly padded source row among
