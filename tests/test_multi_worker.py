@@ -25,9 +25,11 @@ from tests.conftest import REPOSITORY, fixture_corpus
 TIMEOUT_S = 420
 STEPS = 4
 EVERY = 2
+COOLDOWN_FRACTION = 0.5
 ARGUMENTS = ["--preset", "tiny", "--data-dir", str(fixture_corpus()), "--epochs", "1",
              "--steps", str(STEPS), "num_layers=1", "dropout=0.0",
-             f"checkpoint_every_steps={EVERY}", f"log_every_steps={EVERY}"]
+             f"checkpoint_every_steps={EVERY}", f"log_every_steps={EVERY}",
+             f"cooldown_fraction={COOLDOWN_FRACTION}"]
 
 # Trains through train.py's command line, then writes OUT.npz (weights) and OUT.json.
 DRIVER = textwrap.dedent("""
@@ -53,7 +55,9 @@ DRIVER = textwrap.dedent("""
         json.dump({"losses": losses, "replicas": strategy.num_replicas_in_sync,
                    "multi_worker": isinstance(
                        strategy, tf.distribute.MultiWorkerMirroredStrategy),
-                   "updates": int(keras.ops.convert_to_numpy(model.optimizer.iterations))},
+                   "updates": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+                   "learning_rate": float(keras.ops.convert_to_numpy(
+                       model.optimizer.learning_rate))},
                   file)
 """)
 
@@ -164,6 +168,17 @@ def test_two_workers_match_one_process_on_the_same_global_batches(cluster):
                                                      records["reference"]["weights"]))
     assert moved > 1e-3
     assert differ < 0.05 * moved
+
+
+def test_the_cooldown_takes_the_rate_down_alike_on_every_worker(cluster):
+    # The last update began at progress (STEPS - 1) / STEPS = 3/4, half-way through the
+    # cooldown: the schedule's multiplier is 1/2 there on every worker.
+    _, records = cluster
+    tiny = config_lib.preset_config("tiny")
+    formula = float(training.make_schedule(tiny.train, tiny.model.hidden_dim)(STEPS))
+    multiplier = (1 - (STEPS - 1) / STEPS) / COOLDOWN_FRACTION
+    for name in ("worker 0", "worker 1", "reference"):
+        assert records[name]["learning_rate"] == pytest.approx(multiplier * formula), name
 
 
 def test_only_the_chief_writes(cluster):
