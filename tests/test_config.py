@@ -33,20 +33,35 @@ def test_paper_presets_follow_table_3():
     assert base.train.label_smoothing == 0.1 and base.train.warmup_steps == 4000
 
 
+def measured_config(result_file):
+    """Returns the config recorded by a quality run (benchmarks/results/RESULT_FILE)."""
+    record = pathlib.Path(__file__).parents[1] / "benchmarks" / "results" / result_file
+    return json.loads(record.read_text(encoding="utf-8"))["config"]
+
+
+def assert_same_recipe(preset, measured):
+    assert preset["model"] == measured["model"]
+    assert preset["train"] == measured["train"]
+    assert {key: value for key, value in preset["data"].items() if key != "data_dir"} == {
+        key: value for key, value in measured["data"].items() if key != "data_dir"}
+
+
+def test_the_default_preset_is_the_recipe_of_its_measured_row():
+    """`multi30k` trains what its row of BENCHMARKS.md's quality table trained."""
+    preset = json.loads(config_lib.preset_config("multi30k").to_json())
+    assert_same_recipe(preset, measured_config("quality-20261125T140208Z.json"))
+
+
 def test_the_hour_preset_is_the_recipe_of_the_measured_row():
     """`multi30k_hour` trains what the 33.3 BLEU row of BENCHMARKS.md trained.
 
     That run had BLEU early stopping on (patience 5), which never fired in it; the preset
     leaves it off so that the time budget alone ends a run.
     """
-    record = pathlib.Path(__file__).parents[1] / "benchmarks" / "results" / (
-        "quality-20261125T033208Z.json")
-    measured = json.loads(record.read_text(encoding="utf-8"))["config"]
-    preset = json.loads(config_lib.preset_config("multi30k_hour").to_json())
-    assert preset["model"] == measured["model"]
-    assert preset["train"] == {**measured["train"], "bleu_patience": None}
-    assert {key: value for key, value in preset["data"].items() if key != "data_dir"} == {
-        key: value for key, value in measured["data"].items() if key != "data_dir"}
+    measured = measured_config("quality-20261125T033208Z.json")
+    measured["train"]["bleu_patience"] = None
+    assert_same_recipe(json.loads(config_lib.preset_config("multi30k_hour").to_json()),
+                       measured)
 
 
 def test_overrides_by_section_or_unique_field_name():
