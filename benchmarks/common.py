@@ -224,6 +224,34 @@ def add_run_arguments(parser, default_weights=None):
                              f"(default: {default_weights or 'the newest'})")
 
 
+def score_beam_search(translator, sources, references, batch_size=64):
+    """Translates `sources` with `translator`'s beam search and scores them with sacreBLEU.
+
+    Returns:
+        dict: `bleu`, `chrf`, `length_ratio` (hypothesis / reference length), `seconds`
+        spent translating, and `bleu_text` (sacreBLEU's line with its signature).
+    """
+    import time
+
+    import tensorflow as tf
+
+    from keras_transformer import evaluation, runtimes
+
+    def runner(sentences):
+        return {key: value.numpy() for key, value in translator.translate_beam(
+            tf.constant(runtimes.encode_sentences(sentences))).items()}
+
+    started = time.perf_counter()
+    hypotheses = evaluation.translate_file_lines(runner, sources, batch_size, verbose=False)
+    seconds = time.perf_counter() - started
+    scores = evaluation.score(hypotheses, references)
+    bleu_text = scores["bleu"]["text"]
+    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
+            # sacreBLEU's line holds `ratio = x`, the hypothesis / reference length.
+            "length_ratio": float(bleu_text.split("ratio = ")[1].split()[0]),
+            "seconds": seconds, "bleu_text": bleu_text}
+
+
 def add_model_arguments(parser):
     """Adds the Transformer size options every script shares (defaults: CPU-friendly)."""
     parser.add_argument("--vocabulary-size", type=int, default=8000)

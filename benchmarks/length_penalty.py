@@ -13,14 +13,11 @@ the validation split, then report the test split with that α only.
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import tensorflow as tf  # noqa: E402
-
 from benchmarks import common  # noqa: E402
-from keras_transformer import corpus, evaluation, runs, runtimes, serving  # noqa: E402
+from keras_transformer import corpus, runs, serving  # noqa: E402
 
 
 def parse_arguments(argv=None):
@@ -49,32 +46,15 @@ def main(argv=None):
     for alpha in arguments.alphas:
         translator = serving.Translator(model, tokenizer, beam_size=arguments.beam_size,
                                         length_penalty=alpha, jit_compile=True)
-
-        def runner(sentences, translator=translator):
-            return {key: value.numpy() for key, value in
-                    translator.translate_beam(
-                        tf.constant(runtimes.encode_sentences(sentences))).items()}
-
-        started = time.perf_counter()
-        hypotheses = evaluation.translate_file_lines(runner, sources, arguments.batch_size,
-                                                     verbose=False)
-        seconds = time.perf_counter() - started
-        scores = evaluation.score(hypotheses, references)
-        rows.append({"alpha": alpha, "bleu": scores["bleu"]["score"],
-                     "chrf": scores["chrf"]["score"],
-                     "length_ratio": _length_ratio(scores["bleu"]["text"]),
-                     "seconds": seconds, "bleu_text": scores["bleu"]["text"]})
-        print(scores["bleu"]["text"], f"(α {alpha})", flush=True)
+        row = {"alpha": alpha, **common.score_beam_search(
+            translator, sources, references, arguments.batch_size)}
+        rows.append(row)
+        print(row["bleu_text"], f"(α {alpha})", flush=True)
     common.print_table(rows, [("alpha", "α"), ("bleu", "BLEU"), ("chrf", "chrF"),
                               ("length_ratio", "length ratio"), ("seconds", "s")])
     result.update(split=arguments.split, sentences=len(sources), rows=rows,
                   load_average_end=common.load_average())
     common.write_json(arguments.json, result)
-
-
-def _length_ratio(bleu_text):
-    """Reads sacreBLEU's `ratio = x` (hypothesis / reference length) from its line."""
-    return float(bleu_text.split("ratio = ")[1].split()[0])
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ import pytest
 
 import tensorflow as tf
 
-from benchmarks import (bleu_callback_time, cold_start, common, decode_step_ops,
-                        decode_throughput, length_penalty, loss_step, models, train_throughput)
+from benchmarks import (bleu_callback_time, checkpoint_averaging, cold_start, common,
+                        decode_step_ops, decode_throughput, length_penalty, loss_step, models,
+                        train_throughput)
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -211,3 +212,68 @@ def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpu
         assert row["chrf"] == pytest.approx(
             sacrebleu.corpus_chrf(hypotheses, [references]).score)
         assert row["chrf"] > 0
+
+
+def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path,
+                                                                        fixture_corpus_dir):
+    import keras
+    import numpy as np
+    import sacrebleu
+
+    from keras_transformer import corpus, runs, serving
+
+    run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
+    run_config, tokenizer, model = runs.load_run(str(run_dir), "final")
+    checkpoint_dir = run_dir / runs.CHECKPOINTS
+    checkpoint_dir.mkdir()
+    saved = {}
+    for seed, step in enumerate([10, 20, 30]):
+        keras.utils.set_random_seed(seed)
+        fresh = runs.build_model(run_config)
+        fresh.save_weights(str(checkpoint_dir / f"step-{step:08d}.weights.h5"))
+        saved[step] = fresh.get_weights()
+    fresh.save_weights(str(checkpoint_dir / "best.weights.h5"))
+    (checkpoint_dir / "best.json").write_text(json.dumps(
+        {"bleu": 1.5, "step": 30, "epoch": 1, "sentences": 2}))
+
+    path = tmp_path / "result.json"
+    checkpoint_averaging.main([str(run_dir), "--counts", "1", "2", "--sentences", "3",
+                               "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert [row["checkpoints"] for row in result["rows"]] == [
+        ["step-00000030.weights.h5"],
+        ["step-00000020.weights.h5", "step-00000030.weights.h5"],
+        ["best.weights.h5"]]
+    assert "steps 20–30" in result["rows"][1]["weights"]
+
+    # Each row is sacreBLEU on the beam search of the weights it names, averaged here
+    # with NumPy and decoded without XLA.
+    sources, references = (corpus.read_lines(path)[:3]
+                           for path in corpus.corpus_files(run_config.data, "validation"))
+    expected_weights = [saved[30], [np.mean(pair, axis=0) for pair in zip(saved[20], saved[30])],
+                        saved[30]]
+    for row, weights in zip(result["rows"], expected_weights):
+        model.set_weights(weights)
+        translator = serving.Translator(model, tokenizer)
+        outputs = translator.translate_beam(tf.constant(sources))["translations"].numpy()
+        hypotheses = [text.decode() for text in outputs]
+        bleu = sacrebleu.metrics.BLEU()
+        assert row["bleu_text"] == bleu.corpus_score(hypotheses, [references]).format(
+            signature=str(bleu.get_signature()))
+        assert row["chrf"] == pytest.approx(
+            sacrebleu.corpus_chrf(hypotheses, [references]).score)
+    # The averaged weights translate differently from the last checkpoint's.
+    assert result["rows"][0]["chrf"] != result["rows"][1]["chrf"]
+
+
+def test_checkpoint_averaging_refuses_more_checkpoints_than_the_run_kept(tmp_path,
+                                                                         fixture_corpus_dir):
+    from keras_transformer import runs
+
+    run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
+    with pytest.raises(FileNotFoundError, match="No checkpoints"):
+        checkpoint_averaging.weight_sets(str(run_dir))
+    (run_dir / runs.CHECKPOINTS).mkdir()
+    (run_dir / runs.CHECKPOINTS / "step-00000010.weights.h5").write_bytes(b"")
+    with pytest.raises(ValueError, match="between 1 and the 1 checkpoints"):
+        checkpoint_averaging.weight_sets(str(run_dir), [2])
