@@ -76,9 +76,8 @@ def main(argv=None):
     result = common.header(arguments)
     sets = weight_sets(arguments.run_dir, arguments.counts)
     run_config, tokenizer, model = runs.load_run(arguments.run_dir, sets[0][1][0])
-    source_path, reference_path = corpus.corpus_files(run_config.data, arguments.split)
-    sources = corpus.read_lines(source_path)[:arguments.sentences]
-    references = corpus.read_lines(reference_path)[:arguments.sentences]
+    sources, references = common.read_split(run_config.data, arguments.split,
+                                            arguments.sentences)
     # One translator for every weight set: its compiled functions read the model's
     # variables at each call, so loading other weights into them needs no new trace.
     translator = serving.Translator(model, tokenizer, beam_size=arguments.beam_size,
@@ -91,11 +90,8 @@ def main(argv=None):
                                           arguments.batch_size)}
         rows.append(row)
         print(row["bleu_text"], f"({label})", flush=True)
-    common.print_table(rows, [("weights", "weights"), ("bleu", "BLEU"), ("chrf", "chrF"),
-                              ("length_ratio", "length ratio"), ("seconds", "s")])
-    result.update(split=arguments.split, sentences=len(sources), rows=rows,
-                  load_average_end=common.load_average())
-    common.write_json(arguments.json, result)
+    common.report_scores(result, rows, ("weights", "weights"), arguments.split, len(sources),
+                         arguments.json)
 
 
 if __name__ == "__main__":

@@ -224,6 +224,15 @@ def add_run_arguments(parser, default_weights=None):
                              f"(default: {default_weights or 'the newest'})")
 
 
+def read_split(data_config, split, sentences=None):
+    """Returns `(sources, references)`: the first `sentences` lines (all for `None`) of a split."""
+    from keras_transformer import corpus
+
+    source_path, reference_path = corpus.corpus_files(data_config, split)
+    return (corpus.read_lines(source_path)[:sentences],
+            corpus.read_lines(reference_path)[:sentences])
+
+
 def score_beam_search(translator, sources, references, batch_size=64):
     """Translates `sources` with `translator`'s beam search and scores them with sacreBLEU.
 
@@ -250,6 +259,23 @@ def score_beam_search(translator, sources, references, batch_size=64):
             # sacreBLEU's line holds `ratio = x`, the hypothesis / reference length.
             "length_ratio": float(bleu_text.split("ratio = ")[1].split()[0]),
             "seconds": seconds, "bleu_text": bleu_text}
+
+
+def report_scores(result, rows, first_column, split, sentences, json_path):
+    """Prints rows of `score_beam_search` results as a table and writes the JSON.
+
+    Args:
+        result: dict from `header`, completed here with the rows and the split.
+        rows: list of dicts, each a `score_beam_search` result plus `first_column`'s key.
+        first_column: `(key, title)` of what the rows vary (e.g. `("alpha", "α")`).
+        split: str, the corpus split scored; sentences: int, how many of its sentences.
+        json_path: str or `None`.
+    """
+    print_table(rows, [first_column, ("bleu", "BLEU"), ("chrf", "chrF"),
+                       ("length_ratio", "length ratio"), ("seconds", "s")])
+    result.update(split=split, sentences=sentences, rows=rows,
+                  load_average_end=load_average())
+    write_json(json_path, result)
 
 
 def add_model_arguments(parser):

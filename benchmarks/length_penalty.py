@@ -39,9 +39,8 @@ def main(argv=None):
     arguments = parse_arguments(argv)
     result = common.header(arguments)
     run_config, tokenizer, model = runs.load_run(arguments.run_dir, arguments.weights)
-    source_path, reference_path = corpus.corpus_files(run_config.data, arguments.split)
-    sources = corpus.read_lines(source_path)[:arguments.sentences]
-    references = corpus.read_lines(reference_path)[:arguments.sentences]
+    sources, references = common.read_split(run_config.data, arguments.split,
+                                            arguments.sentences)
     rows = []
     for alpha in arguments.alphas:
         translator = serving.Translator(model, tokenizer, beam_size=arguments.beam_size,
@@ -50,11 +49,8 @@ def main(argv=None):
             translator, sources, references, arguments.batch_size)}
         rows.append(row)
         print(row["bleu_text"], f"(α {alpha})", flush=True)
-    common.print_table(rows, [("alpha", "α"), ("bleu", "BLEU"), ("chrf", "chrF"),
-                              ("length_ratio", "length ratio"), ("seconds", "s")])
-    result.update(split=arguments.split, sentences=len(sources), rows=rows,
-                  load_average_end=common.load_average())
-    common.write_json(arguments.json, result)
+    common.report_scores(result, rows, ("alpha", "α"), arguments.split, len(sources),
+                         arguments.json)
 
 
 if __name__ == "__main__":

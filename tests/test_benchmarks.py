@@ -186,8 +186,6 @@ def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
 
 
 def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpus_dir):
-    import sacrebleu
-
     from keras_transformer import corpus, runs, serving
 
     run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
@@ -204,21 +202,26 @@ def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpu
                            for path in corpus.corpus_files(run_config.data, "validation"))
     for row in result["rows"]:
         translator = serving.Translator(model, tokenizer, length_penalty=row["alpha"])
-        outputs = translator.translate_beam(tf.constant(sources))["translations"].numpy()
-        hypotheses = [text.decode() for text in outputs]
-        bleu = sacrebleu.metrics.BLEU()
-        assert row["bleu_text"] == bleu.corpus_score(hypotheses, [references]).format(
-            signature=str(bleu.get_signature()))
-        assert row["chrf"] == pytest.approx(
-            sacrebleu.corpus_chrf(hypotheses, [references]).score)
+        _assert_scores_beam_search(row, translator, sources, references)
         assert row["chrf"] > 0
+
+
+def _assert_scores_beam_search(row, translator, sources, references):
+    """Asserts that `row` holds sacreBLEU's scores of `translator`'s beam search."""
+    import sacrebleu
+
+    outputs = translator.translate_beam(tf.constant(sources))["translations"].numpy()
+    hypotheses = [text.decode() for text in outputs]
+    bleu = sacrebleu.metrics.BLEU()
+    assert row["bleu_text"] == bleu.corpus_score(hypotheses, [references]).format(
+        signature=str(bleu.get_signature()))
+    assert row["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
 
 
 def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path,
                                                                         fixture_corpus_dir):
     import keras
     import numpy as np
-    import sacrebleu
 
     from keras_transformer import corpus, runs, serving
 
@@ -254,14 +257,8 @@ def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path
                         saved[30]]
     for row, weights in zip(result["rows"], expected_weights):
         model.set_weights(weights)
-        translator = serving.Translator(model, tokenizer)
-        outputs = translator.translate_beam(tf.constant(sources))["translations"].numpy()
-        hypotheses = [text.decode() for text in outputs]
-        bleu = sacrebleu.metrics.BLEU()
-        assert row["bleu_text"] == bleu.corpus_score(hypotheses, [references]).format(
-            signature=str(bleu.get_signature()))
-        assert row["chrf"] == pytest.approx(
-            sacrebleu.corpus_chrf(hypotheses, [references]).score)
+        _assert_scores_beam_search(row, serving.Translator(model, tokenizer), sources,
+                                   references)
     # The averaged weights translate differently from the last checkpoint's.
     assert result["rows"][0]["chrf"] != result["rows"][1]["chrf"]
 
