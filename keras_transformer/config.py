@@ -175,7 +175,7 @@ PRESETS = {
     # warmup_steps^-0.5 = 0.00198; × 2.53 gives 0.005). Ours adds a learning rate that
     # falls linearly to 0 over the last 20 % of the updates. Bounded by epochs, so that a
     # run trains the same amount on any hardware.
-    # No BLEU early stopping: the validation score on 200 sentences wanders by ±2 over a
+    # No BLEU early stopping: the validation score on 200 sentences wanders by 3–4 over a
     # plateau, and stopping after 5 epochs without a gain ended a run before its cooldown.
     "multi30k": {
         "model": dict(vocabulary_size=8000, num_layers=4, hidden_dim=128,
