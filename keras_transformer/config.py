@@ -171,7 +171,7 @@ PRESETS = {
     # quality table; this preset: 39.6 BLEU en→de, against 37.1 with 100 epochs of
     # 4,096-token batches). Model and optimisation as the "Transformer-Tiny" of Wu et al.
     # (ACL 2021), a text-only model for Multi30K: 4+4 layers of width 128, dropout 0.3,
-    # 8,192-token updates (4,096 on each of 2 GPUs) for about 8,000 updates, and
+    # 8,192-token updates (theirs: 4,096 on each of 2 GPUs) for about 8,000 updates, and
     # a peak learning rate of 0.005 after 2,000 warmup steps (the paper's schedule peaks
     # at hidden_dim^-0.5 × warmup_steps^-0.5 = 0.00198; × 2.53 gives 0.005). Ours adds a
     # learning rate that falls linearly to 0 over the last 20 % of the updates. Bounded
