@@ -34,18 +34,24 @@ CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 def machine():
     """Returns the CPU (model, family, vector extensions), cores, accelerators and versions."""
     import keras
-    import tensorflow as tf
 
-    from keras_transformer import distribution
-    fields = distribution.cpu_info()
+    from keras_transformer.cpu import cpu_info
+    fields = cpu_info()
     flags = set(fields.get("flags", "").split())
-    return {"cpu": fields.get("model name", "unknown"),
-            "cpu_family": fields.get("cpu family"), "cpu_model": fields.get("model"),
-            "cpu_features": [name for name in CPU_FEATURES if name in flags],
-            "cores": os.cpu_count(),
-            "gpus": [device.name for device in tf.config.list_physical_devices("GPU")],
-            "python": platform.python_version(), "tensorflow": tf.__version__,
-            "keras": keras.__version__}
+    facts = {"cpu": fields.get("model name", "unknown"),
+             "cpu_family": fields.get("cpu family"), "cpu_model": fields.get("model"),
+             "cpu_features": [name for name in CPU_FEATURES if name in flags],
+             "cores": os.cpu_count(), "python": platform.python_version(),
+             "keras": keras.__version__, "keras_backend": keras.backend.backend()}
+    if facts["keras_backend"] == "jax":  # benchmarks.mfu runs there without TensorFlow
+        import jax
+        facts.update(jax=jax.__version__, gpus=[
+            device.device_kind for device in jax.devices() if device.platform == "gpu"])
+    else:
+        import tensorflow as tf
+        facts.update(tensorflow=tf.__version__, gpus=[
+            device.name for device in tf.config.list_physical_devices("GPU")])
+    return facts
 
 
 def describe_cpu(facts):

@@ -11,6 +11,8 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_transformer.cpu import cpu_info
+
 _POLICIES = {None: "float32", "float32": "float32",
              "bfloat16": "mixed_bfloat16", "mixed_bfloat16": "mixed_bfloat16",
              "float16": "mixed_float16", "mixed_float16": "mixed_float16"}
@@ -131,21 +133,6 @@ def set_precision(mixed_precision):
 def cpu_flags():
     """Returns the instruction-set flags of the first CPU in /proc/cpuinfo (empty elsewhere)."""
     return set(cpu_info().get("flags", "").split())
-
-
-def cpu_info():
-    """Returns the fields of the first processor in /proc/cpuinfo; `{}` where there is none."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as file:
-            for line in file:
-                if not line.strip():
-                    break  # the first processor's block is enough
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass  # not Linux: nothing known
-    return fields
 
 
 def cpu_has_bfloat16():

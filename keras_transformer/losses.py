@@ -1,7 +1,6 @@
 """Label-smoothed cross-entropy over target tokens, ignoring padding (§5.4)."""
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 
@@ -68,23 +67,49 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")  # Loss.__call__ hands it over as floats
         vocabulary = y_pred.shape[-1] or ops.shape(y_pred)[-1]
-        spread = self.label_smoothing / ops.cast(vocabulary, y_pred.dtype)
-        labels = tf.one_hot(y_true, vocabulary, on_value=1.0 - self.label_smoothing + spread,
-                            off_value=spread, dtype=y_pred.dtype)  # (B, T, V)
-        # TF's fused kernel computes the softmax once for the loss and its gradient
-        # (softmax − labels). Written with logsumexp and take_along_axis instead, the
-        # gradient of the gather alone costs a scatter over the (B, T, V) logits:
-        # `python -m benchmarks.loss_step` measured the fused form 1.31× faster, forward
-        # and backward, with the same values.
-        return tf.nn.softmax_cross_entropy_with_logits(labels, y_pred)
+        if keras.backend.backend() == "tensorflow":
+            return _tensorflow_cross_entropy(y_true, y_pred, self.label_smoothing)
+        return _portable_cross_entropy(y_true, y_pred, self.label_smoothing)
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing,
                 "pad_id": self.pad_id, "dtype": self.dtype}
 
 
+def _tensorflow_cross_entropy(target_ids, logits, label_smoothing):
+    """Per-token smoothed cross-entropy with TF's fused softmax cross-entropy kernel."""
+    import tensorflow as tf
+    vocabulary = logits.shape[-1] or tf.shape(logits)[-1]
+    spread = label_smoothing / tf.cast(vocabulary, logits.dtype)
+    labels = tf.one_hot(target_ids, vocabulary, on_value=1.0 - label_smoothing + spread,
+                        off_value=spread, dtype=logits.dtype)  # (B, T, V)
+    # The fused kernel computes the softmax once for the loss and its gradient
+    # (softmax − labels). Written with logsumexp and take_along_axis instead, the
+    # gradient of the gather alone costs a scatter over the (B, T, V) logits:
+    # `python -m benchmarks.loss_step` measured the fused form 1.31× faster, forward
+    # and backward, with the same values.
+    return tf.nn.softmax_cross_entropy_with_logits(labels, logits)
+
+
+def _portable_cross_entropy(target_ids, logits, label_smoothing):
+    """The same loss in `keras.ops`, for Keras's other backends.
+
+    The model and this loss run on any backend (`benchmarks.mfu` trains them under
+    JAX, whose compiler fuses this form); the data pipeline and export need TensorFlow.
+    """
+    vocabulary = logits.shape[-1] or ops.shape(logits)[-1]
+    spread = label_smoothing / ops.cast(vocabulary, logits.dtype)
+    # A one-hot product rather than a gather: XLA fuses the comparison into the sum and
+    # the gradient stays dense (softmax − labels), with no scatter.
+    labels = ops.one_hot(target_ids, vocabulary, dtype=logits.dtype) * (1.0 - label_smoothing)
+    return -ops.sum((labels + spread) * ops.log_softmax(logits, axis=-1), axis=-1)
+
+
 def _sum_over_replicas(value):
     """Sums a scalar over the replicas that train in sync; unchanged on one device."""
+    if keras.backend.backend() != "tensorflow":
+        return value  # `tf.distribute` replicas exist on the TensorFlow backend alone
+    import tensorflow as tf
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return value

@@ -57,7 +57,8 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
 
     def __call__(self, step):
         with keras.name_scope(self.name):
-            updates = ops.floor_divide(ops.cast(step, "int64"), self.gradient_accumulation_steps)
+            # int32 (2·10⁹ steps) rather than int64, which JAX lacks by default.
+            updates = ops.floor_divide(ops.cast(step, "int32"), self.gradient_accumulation_steps)
             step = ops.cast(updates, "float32") + 1.0  # the paper counts from 1
             decay = ops.rsqrt(step)
             warmup = step * float(self.warmup_steps) ** -1.5

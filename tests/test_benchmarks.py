@@ -7,13 +7,14 @@ import json
 import os
 import re
 
+import numpy as np
 import pytest
 
 import tensorflow as tf
 
 from benchmarks import (bleu_callback_time, checkpoint_averaging, cold_start, common,
-                        decode_step_ops, decode_throughput, length_penalty, loss_step, models,
-                        train_throughput)
+                        decode_step_ops, decode_throughput, length_penalty, loss_step, mfu,
+                        models, train_throughput)
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -68,6 +69,40 @@ def test_train_throughput_times_one_model(tmp_path):
     assert result["model"] == "keras_hub"
     assert result["tokens_per_second"] > 0 and result["target_tokens"] > 0
     assert result["peak_rss_mb"] >= result["rss_before_model_mb"] > 0
+
+
+MFU_TINY_MODEL = ["vocabulary_size=300", "num_layers=1", "hidden_dim=16",
+                  "intermediate_dim=32", "num_heads=2"]
+
+
+def test_mfu_counts_model_flops_and_divides_by_the_peak(tmp_path):
+    path = tmp_path / "mfu.json"
+    mfu.main(["--preset", "paper_base", *MFU_TINY_MODEL, "batch_tokens=64", "--length", "8",
+              "--variants", "float32", "float32+fused", "--warmup-batches", "1",
+              "--steps", "2", "--repeats", "1", "--peak-tflops", "2", "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert [row["variant"] for row in result["rows"]] == ["float32", "float32+fused"]
+    # Every weight matrix a token passes, counted from the model itself: ×2 FLOPs per
+    # multiply-add, ×3 for the backward pass; the tied embedding once more as the
+    # output projection. Source and target have the same length here.
+    from keras_transformer.model import Transformer
+    model = Transformer(300, num_layers=1, hidden_dim=16, intermediate_dim=32, num_heads=2)
+    matrices = sum(int(np.prod(weight.shape)) for weight in model.weights
+                   if len(weight.shape) == 2)  # the embedding is (V, D)
+    # Attention per layer and sentence of 8: encoder self 8·8, decoder self 8·8 and
+    # cross 8·8 query-key pairs, each D multiply-adds for the score and D for the value.
+    attention = 3 * 2 * (3 * 8 * 8 * 2 * 16) / 8
+    assert result["model_flops_per_target_token"] == pytest.approx(6 * matrices + attention)
+    for row in result["rows"]:
+        assert row["batch"] == "8×8" and row["parameters"] == model.count_params()
+        assert row["tokens_per_second"] == pytest.approx(64 / (row["step_ms"] / 1e3))
+        assert row["mfu"] == pytest.approx(
+            row["tokens_per_second"] * result["model_flops_per_target_token"] / 2e12)
+
+
+def test_mfu_refuses_overrides_after_the_variants():
+    with pytest.raises(SystemExit):
+        mfu.parse_arguments(["--variants", "float32", "batch_tokens=64"])
 
 
 @pytest.mark.slow

@@ -110,3 +110,13 @@ def test_target_tokens_counts_real_tokens():
     metric.update_state(np.array([[5, 6, 0], [7, 0, 0]]), np.zeros((2, 3, 9), np.float32))
     assert float(metric.result()) == 3.0
     assert TargetTokens.from_config(metric.get_config()).pad_id == 0
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_portable_form_for_other_backends_matches_the_tensorflow_kernel(smoothing):
+    from keras_transformer import losses
+    target_ids, logits = make_batch(seed=4)
+    want = np.asarray(losses._tensorflow_cross_entropy(target_ids, logits, smoothing))
+    got = np.asarray(losses._portable_cross_entropy(target_ids, logits, smoothing))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert want.shape == target_ids.shape

@@ -193,7 +193,13 @@ class MultiHeadAttention(keras.layers.Layer):
         # The fused op returns no weights and has no dropout on them.
         dropout_active = bool(training) and self.dropout > 0
         if self.use_fused_attention and not return_attention_scores and not dropout_active:
-            mask = None if attention_mask is None else ops.expand_dims(attention_mask, 1)
+            mask = None
+            if attention_mask is not None:
+                # cuDNN's kernel (JAX backend) takes a mask only as a full (T, S) bias
+                # and otherwise falls back to the unfused path: broadcast padding masks
+                # of shape (B, 1, S) to every query position.
+                shape = ops.shape(query_heads)[:2] + ops.shape(keys)[1:2]
+                mask = ops.expand_dims(ops.broadcast_to(attention_mask, shape), 1)
             context = ops.dot_product_attention(query_heads, keys, values, mask=mask)
             weights = None
         else:

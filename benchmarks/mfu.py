@@ -1,0 +1,223 @@
+"""Model FLOP utilisation (MFU) of our Transformer's training step, on any Keras backend.
+
+Trains a preset's model (default `paper_base`: 6+6 layers, d 512, d_ff 2048, 37k
+vocabulary) under `model.fit` with the training loss, Adam and the warmup schedule, on
+synthetic batches of the config's `batch_tokens` per side, one variant after the other in
+one process, each a dtype policy, optionally `+fused` for `keras.ops.dot_product_attention`.
+Every batch has the same shape `(batch, --length)` and no padding, so every token is
+real and one compiled program serves every step. XLA compiles the step (`jit_compile`
+on TensorFlow; JAX always compiles).
+
+MFU = model FLOPs per second / the device's dense bf16 peak (for float32 rows too, so
+that rows compare). Model FLOPs per target token are the
+weight matmuls (`common.training_flops_per_target_token`) plus the attention scores and
+weighted sums, forward and backward, counted in full (masked positions too).
+
+    KERAS_BACKEND=jax python -m benchmarks.mfu                  # on a GPU
+    python -m benchmarks.mfu --variants float32 mixed_bfloat16 mixed_bfloat16+fused
+    python -m benchmarks.mfu batch_tokens=50000 --steps-per-execution 10 --steps 20 \
+        --warmup-batches 10
+"""
+
+import argparse
+import dataclasses
+import os
+import shutil
+import statistics
+import subprocess
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+
+# Dense bf16 tensor-core peaks in TFLOP/s (NVIDIA's data sheets, without sparsity), by
+# the start of the name `nvidia-smi` reports. The H200 has the H100 SXM's compute.
+PEAK_TFLOPS = (("NVIDIA H200", 989.4), ("NVIDIA H100 80GB HBM3", 989.4),
+               ("NVIDIA H100 NVL", 835.0), ("NVIDIA H100 PCIe", 756.0),
+               ("NVIDIA A100", 312.0))
+
+
+def parse_arguments(argv=None):
+    from keras_transformer import config as config_lib
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="paper_base", choices=sorted(config_lib.PRESETS))
+    parser.add_argument("--variants", nargs="+", default=["mixed_bfloat16+fused"],
+                        help="dtype policy, with '+fused' for the fused attention op")
+    parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
+                        help="config changes as train.py takes them, e.g. "
+                             "batch_tokens=50000 (tokens per side and step)")
+    parser.add_argument("--length", type=int, default=32,
+                        help="source and target length of every sentence")
+    parser.add_argument("--warmup-batches", type=int, default=5,
+                        help="steps run before timing starts (compilation included)")
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps-per-execution", type=int, default=1)
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="device peak (default: looked up from nvidia-smi's name)")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
+    arguments = parser.parse_args(argv)
+    if any("=" in variant for variant in arguments.variants):
+        parser.error("FIELD=VALUE overrides go before --variants, which takes the rest.")
+    for name in ("warmup_batches", "steps"):
+        if getattr(arguments, name) % arguments.steps_per_execution:
+            parser.error(f"--{name.replace('_', '-')} must be a multiple of "
+                         "--steps-per-execution (Keras runs whole executions).")
+    return arguments
+
+
+def gpu_names():
+    """Returns the GPU model names `nvidia-smi` reports (none without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    output = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                            capture_output=True, text=True, check=False).stdout
+    return [line.strip() for line in output.splitlines() if line.strip()]
+
+
+def peak_tflops(names):
+    for prefix, tflops in PEAK_TFLOPS:
+        if names and names[0].startswith(prefix):
+            return tflops
+    return None
+
+
+def attention_flops_per_target_token(model_config, source_length, target_length):
+    """Attention scores (Q·Kᵀ) and weighted values (A·V), forward and backward.
+
+    Each costs 2·L·D FLOPs per query token and layer over L keys: encoder self-attention
+    on source tokens, decoder self- and cross-attention on target tokens.
+    """
+    per_key = 3 * 2 * 2 * model_config.hidden_dim * model_config.num_layers
+    encoder = per_key * source_length * source_length / target_length
+    decoder = per_key * (target_length + source_length)
+    return encoder + decoder
+
+
+def model_flops_per_target_token(model_config, length):
+    weights = common.training_flops_per_target_token(model_config, source_per_target=1.0)
+    return weights + attention_flops_per_target_token(model_config, length, length)
+
+
+def synthetic_batches(vocabulary_size, batch_size, length, count, seed=0):
+    """`count` batches of random ordinary ids, stacked: `(inputs, target outputs)`.
+
+    As many as one `fit` call uses: Keras stops an epoch early when arrays run out.
+    """
+    rng = np.random.default_rng(seed)
+    rows = count * batch_size
+
+    def ids():
+        return rng.integers(common.FIRST_ORDINARY_ID, vocabulary_size,
+                            size=(rows, length)).astype("int32")
+
+    return {"source_ids": ids(), "target_ids": ids()}, ids()
+
+
+def build_and_compile(model_config, train_config, variant, arguments):
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.model import Transformer
+    from keras_transformer.schedules import WarmupInverseSqrtSchedule
+    policy, _, option = variant.partition("+")
+    if option not in ("", "fused"):
+        raise ValueError(f"Unknown variant option {option!r} in {variant!r}: "
+                         "write a dtype policy, optionally followed by '+fused'.")
+    keras.config.set_dtype_policy(policy)
+    keras.utils.set_random_seed(0)
+    model = Transformer(**dict(dataclasses.asdict(model_config),
+                               max_length=max(model_config.max_length, arguments.length),
+                               use_fused_attention=option == "fused"))
+    schedule = WarmupInverseSqrtSchedule(model_config.hidden_dim, train_config.warmup_steps)
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule, beta_1=train_config.beta_1,
+                                        beta_2=train_config.beta_2,
+                                        epsilon=train_config.epsilon),
+        loss=LabelSmoothedCrossEntropy(train_config.label_smoothing,
+                                       pad_id=model_config.pad_id),
+        jit_compile=True, steps_per_execution=arguments.steps_per_execution)
+    return model
+
+
+def timed_fit(model, inputs, targets, batch_size, steps):
+    """Seconds of `model.fit` over `steps` steps, waiting for the device to finish."""
+    start = time.perf_counter()
+    model.fit(inputs, targets, batch_size=batch_size, steps_per_epoch=steps, epochs=1,
+              shuffle=False, verbose=0)
+    # Reading a value the last step wrote waits for the queued device work.
+    keras.ops.convert_to_numpy(model.optimizer.iterations)
+    return time.perf_counter() - start
+
+
+def measure(variant, config, arguments, flops_per_token, peak):
+    batch_size = max(1, config.data.batch_tokens // arguments.length)
+    count = max(arguments.warmup_batches, arguments.steps)
+    inputs, targets = synthetic_batches(config.model.vocabulary_size, batch_size,
+                                        arguments.length, count)
+    model = build_and_compile(config.model, config.train, variant, arguments)
+    warmup_seconds = timed_fit(model, inputs, targets, batch_size, arguments.warmup_batches)
+    seconds = [timed_fit(model, inputs, targets, batch_size, arguments.steps)
+               for _ in range(arguments.repeats)]
+    step_seconds = statistics.median(seconds) / arguments.steps
+    tokens_per_second = batch_size * arguments.length / step_seconds
+    tflops = tokens_per_second * flops_per_token / 1e12
+    return {"variant": variant, "batch": f"{batch_size}×{arguments.length}",
+            "parameters": model.count_params(), "warmup_seconds": warmup_seconds,
+            "step_ms": step_seconds * 1e3, "tokens_per_second": tokens_per_second,
+            "tflops_per_second": tflops, "mfu": tflops / peak if peak else None,
+            "repeat_seconds": seconds}
+
+
+def accelerator_peak_memory_mb():
+    """The process's peak accelerator memory (all variants together), or `None`."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+        stats = jax.devices()[0].memory_stats() or {}
+        peak = stats.get("peak_bytes_in_use")
+    elif backend == "tensorflow":
+        import tensorflow as tf
+        gpus = tf.config.list_logical_devices("GPU")
+        peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"] if gpus else None
+    else:
+        peak = None
+    return peak / 2**20 if peak is not None else None
+
+
+def main(argv=None):
+    from keras_transformer import config as config_lib
+    arguments = parse_arguments(argv)
+    config = config_lib.override(config_lib.preset_config(arguments.preset),
+                                 arguments.overrides)
+    names = gpu_names()
+    peak = arguments.peak_tflops or peak_tflops(names)
+    flops_per_token = model_flops_per_target_token(config.model, arguments.length)
+    result = common.header(arguments)
+    result.update(config=dataclasses.asdict(config),
+                  gpu_models=names, peak_tflops=peak,
+                  model_flops_per_target_token=flops_per_token)
+    print(f"{arguments.preset} on {names[0] if names else 'no GPU'} "
+          f"(Keras backend {keras.backend.backend()}; peak {peak} TFLOP/s); "
+          f"{flops_per_token:.3e} model FLOPs per target token")
+    rows = []
+    for variant in arguments.variants:
+        rows.append(measure(variant, config, arguments, flops_per_token, peak))
+        common.print_table(rows[-1:], COLUMNS)
+    print()
+    common.print_table(rows, COLUMNS)
+    result.update(rows=rows, peak_accelerator_memory_mb=accelerator_peak_memory_mb(),
+                  load_average_end=common.load_average())
+    common.write_json(arguments.json, result)
+    return result
+
+
+COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "ms/step"),
+           ("tokens_per_second", "target tok/s"), ("tflops_per_second", "TFLOP/s"),
+           ("mfu", "MFU"), ("warmup_seconds", "warm-up s")]
+
+
+if __name__ == "__main__":
+    main()
