@@ -20,8 +20,14 @@ weighted sums, forward and backward, counted in full (masked positions too).
 """
 
 import argparse
+import collections
+import contextlib
 import dataclasses
+import glob
+import gzip
+import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -59,6 +65,9 @@ def parse_arguments(argv=None):
     parser.add_argument("--steps-per-execution", type=int, default=1)
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="device peak (default: looked up from nvidia-smi's name)")
+    parser.add_argument("--trace-dir", default=None,
+                        help="after timing each variant, trace 2 more steps into this "
+                             "directory; on JAX with a GPU, print the time per kernel")
     parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
     arguments = parser.parse_args(argv)
     if any("=" in variant for variant in arguments.variants):
@@ -161,6 +170,12 @@ def measure(variant, config, arguments, flops_per_token, peak):
     warmup_seconds = timed_fit(model, inputs, targets, batch_size, arguments.warmup_batches)
     seconds = [timed_fit(model, inputs, targets, batch_size, arguments.steps)
                for _ in range(arguments.repeats)]
+    kernels = None
+    if arguments.trace_dir:
+        traced_steps = 2 * arguments.steps_per_execution
+        with profiler_trace(arguments.trace_dir):
+            timed_fit(model, inputs, targets, batch_size, traced_steps)
+        kernels = device_kernel_times(arguments.trace_dir, traced_steps)
     step_seconds = statistics.median(seconds) / arguments.steps
     tokens_per_second = batch_size * arguments.length / step_seconds
     tflops = tokens_per_second * flops_per_token / 1e12
@@ -168,7 +183,79 @@ def measure(variant, config, arguments, flops_per_token, peak):
             "parameters": model.count_params(), "warmup_seconds": warmup_seconds,
             "step_ms": step_seconds * 1e3, "tokens_per_second": tokens_per_second,
             "tflops_per_second": tflops, "mfu": tflops / peak if peak else None,
-            "repeat_seconds": seconds}
+            "repeat_seconds": seconds, "device_kernels": kernels}
+
+
+@contextlib.contextmanager
+def profiler_trace(directory):
+    """Records what runs on the devices meanwhile, in the backend's own profiler."""
+    if keras.backend.backend() == "jax":
+        import jax
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # device kernels are what is wanted
+        with jax.profiler.trace(directory, create_perfetto_trace=True,
+                                profiler_options=options):
+            yield
+    else:
+        import tensorflow as tf
+        tf.profiler.experimental.start(directory)
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+
+
+# What a GPU kernel does, read from its name, first match wins: cuBLAS's matmuls (nvjet,
+# sm90_xmma, cutlass) and XLA's GEMM fusions; XLA's fusions by their kind (reductions:
+# norms, softmax, the loss, bias gradients; loops: element-wise work such as dropout,
+# residual adds and activations).
+KERNEL_CATEGORIES = (("matmul", r"gemm|nvjet|xmma|cutlass|cublas|matmul"),
+                     ("reduction fusion", r"reduce"), ("transpose", r"transpose"),
+                     ("element-wise fusion", r"^loop_"), ("other fusion", r"fusion"),
+                     ("other", r""))
+
+
+def kernel_category(family):
+    return next(category for category, pattern in KERNEL_CATEGORIES
+                if re.search(pattern, family, re.IGNORECASE))
+
+
+def device_kernel_times(directory, steps, top=15):
+    """Sums the GPU kernel time in the perfetto trace under `directory`, per step.
+
+    Kernels are grouped in families, trailing numbers dropped (`loop_add_fusion_12` and
+    `fusion.3` count as `loop_add_fusion` and `fusion`), and families in the categories
+    of `KERNEL_CATEGORIES`.
+
+    Returns:
+        `{"kernel_ms_per_step", "categories": {category: ms per step}, "kernels":
+        [{"kernel", "category", "ms", "calls"}]}` (the `top` longest families, per step),
+        or `None` where the trace holds no GPU kernel.
+    """
+    paths = glob.glob(os.path.join(directory, "**", "perfetto_trace.json.gz"), recursive=True)
+    if not paths:
+        return None
+    with gzip.open(max(paths, key=os.path.getmtime), "rt", encoding="utf-8") as file:
+        events = json.load(file)["traceEvents"]
+    gpu_processes = {event["pid"] for event in events
+                     if event.get("ph") == "M" and event.get("name") == "process_name"
+                     and "GPU" in event.get("args", {}).get("name", "")}
+    total_us, calls = collections.Counter(), collections.Counter()
+    for event in events:
+        if event.get("ph") == "X" and event.get("pid") in gpu_processes:
+            family = re.sub(r"([._]\d+)+$", "", event["name"])
+            total_us[family] += event.get("dur", 0.0)
+            calls[family] += 1
+    if not total_us:
+        return None
+    categories = collections.Counter()
+    for family, us in total_us.items():
+        categories[kernel_category(family)] += us / 1e3 / steps
+    return {"kernel_ms_per_step": sum(total_us.values()) / 1e3 / steps,
+            "categories": dict(categories.most_common()),
+            "kernels": [{"kernel": family, "category": kernel_category(family),
+                         "ms": us / 1e3 / steps, "calls": calls[family] / steps}
+                        for family, us in total_us.most_common(top)]}
 
 
 def accelerator_peak_memory_mb():
@@ -208,6 +295,17 @@ def main(argv=None):
         common.print_table(rows[-1:], COLUMNS)
     print()
     common.print_table(rows, COLUMNS)
+    for row in rows:
+        kernels = row["device_kernels"]
+        if kernels:
+            print(f"\n{row['variant']}: GPU kernels {kernels['kernel_ms_per_step']:.1f} ms "
+                  "per step")
+            common.print_table([{"category": category, "ms": ms}
+                                for category, ms in kernels["categories"].items()],
+                               [("category", "category"), ("ms", "ms/step")])
+            common.print_table(kernels["kernels"], [
+                ("kernel", "kernel"), ("category", "category"), ("ms", "ms/step"),
+                ("calls", "calls/step")])
     result.update(rows=rows, peak_accelerator_memory_mb=accelerator_peak_memory_mb(),
                   load_average_end=common.load_average())
     common.write_json(arguments.json, result)

@@ -309,3 +309,31 @@ def test_checkpoint_averaging_refuses_more_checkpoints_than_the_run_kept(tmp_pat
     (run_dir / runs.CHECKPOINTS / "step-00000010.weights.h5").write_bytes(b"")
     with pytest.raises(ValueError, match="between 1 and the 1 checkpoints"):
         checkpoint_averaging.weight_sets(str(run_dir), [2])
+
+
+def test_mfu_sums_gpu_kernel_time_per_step_by_family(tmp_path):
+    import gzip
+    events = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "X", "pid": 1, "name": "loop_add_fusion", "dur": 999.0},  # host: not counted
+        {"ph": "X", "pid": 7, "name": "loop_add_fusion_3", "dur": 100.0},
+        {"ph": "X", "pid": 7, "name": "loop_add_fusion_12", "dur": 300.0},
+        {"ph": "X", "pid": 7, "name": "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT", "dur": 2000.0},
+        {"ph": "X", "pid": 7, "name": "gemm_fusion_dot.4", "dur": 1000.0},
+    ]
+    folder = tmp_path / "plugins" / "profile" / "run"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "perfetto_trace.json.gz", "wt") as file:
+        json.dump({"traceEvents": events}, file)
+    kernels = mfu.device_kernel_times(str(tmp_path), steps=2, top=2)
+    assert kernels["kernel_ms_per_step"] == pytest.approx(3.4 / 2)
+    assert kernels["categories"] == pytest.approx({"matmul": 1.5, "element-wise fusion": 0.2})
+    assert kernels["kernels"] == [
+        {"kernel": "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT", "category": "matmul",
+         "ms": 1.0, "calls": 0.5},
+        {"kernel": "gemm_fusion_dot", "category": "matmul", "ms": 0.5, "calls": 0.5}]
+    assert [mfu.kernel_category(name) for name in (
+        "input_reduce_fusion", "loop_transpose_fusion", "fusion", "MemcpyD2D")] == [
+        "reduction fusion", "transpose", "other fusion", "other"]
+    assert mfu.device_kernel_times(str(tmp_path / "empty"), steps=1) is None
