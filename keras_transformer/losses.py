@@ -66,7 +66,6 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")  # Loss.__call__ hands it over as floats
-        vocabulary = y_pred.shape[-1] or ops.shape(y_pred)[-1]
         if keras.backend.backend() == "tensorflow":
             return _tensorflow_cross_entropy(y_true, y_pred, self.label_smoothing)
         return _portable_cross_entropy(y_true, y_pred, self.label_smoothing)
