@@ -1,7 +1,8 @@
 """Model FLOP utilisation (MFU) of our Transformer's training step, on any Keras backend.
 
 Trains a preset's model (default `paper_base`: 6+6 layers, d 512, d_ff 2048, 37k
-vocabulary) under `model.fit` with the training loss, Adam and the warmup schedule, on
+vocabulary) under `model.fit` with the training loss, Adam and the warmup schedule (not
+the accuracy and token metrics of `training.compile_model`, which need TensorFlow), on
 synthetic batches of the config's `batch_tokens` per side, one variant after the other in
 one process, each a dtype policy, optionally `+fused` for `keras.ops.dot_product_attention`.
 Every batch has the same shape `(batch, --length)` and no padding, so every token is
