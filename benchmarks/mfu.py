@@ -90,6 +90,7 @@ def gpu_names():
 
 
 def peak_tflops(names):
+    """The dense bf16 peak of the first GPU named, from `PEAK_TFLOPS`; `None` if unknown."""
     for prefix, tflops in PEAK_TFLOPS:
         if names and names[0].startswith(prefix):
             return tflops
@@ -217,6 +218,7 @@ KERNEL_CATEGORIES = (("matmul", r"gemm|nvjet|xmma|cutlass|cublas|matmul"),
 
 
 def kernel_category(family):
+    """The first of `KERNEL_CATEGORIES` whose pattern the kernel family's name matches."""
     return next(category for category, pattern in KERNEL_CATEGORIES
                 if re.search(pattern, family, re.IGNORECASE))
 
