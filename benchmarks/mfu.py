@@ -1,7 +1,7 @@
 """Model FLOP utilisation (MFU) of our Transformer's training step, on any Keras backend.
 
 Trains a preset's model (default `paper_base`: 6+6 layers, d 512, d_ff 2048, 37k
-vocabulary) under `model.fit` with the training loss, Adam and the warmup schedule (not
+vocabulary) under `model.fit` with the training loss and `optimizer.make_optimizer` (not
 the accuracy and token metrics of `training.compile_model`, which need TensorFlow), on
 synthetic batches of the config's `batch_tokens` per side, one variant after the other in
 one process, each a dtype policy, optionally `+fused` for `keras.ops.dot_product_attention`.
@@ -132,7 +132,7 @@ def synthetic_batches(vocabulary_size, batch_size, length, count, seed=0):
 def build_and_compile(model_config, train_config, variant, arguments):
     from keras_transformer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.model import Transformer
-    from keras_transformer.schedules import WarmupInverseSqrtSchedule
+    from keras_transformer.optimizer import make_optimizer
     policy, _, option = variant.partition("+")
     if option not in ("", "fused"):
         raise ValueError(f"Unknown variant option {option!r} in {variant!r}: "
@@ -142,11 +142,8 @@ def build_and_compile(model_config, train_config, variant, arguments):
     model = Transformer(**dict(dataclasses.asdict(model_config),
                                max_length=max(model_config.max_length, arguments.length),
                                use_fused_attention=option == "fused"))
-    schedule = WarmupInverseSqrtSchedule(model_config.hidden_dim, train_config.warmup_steps)
     model.compile(
-        optimizer=keras.optimizers.Adam(schedule, beta_1=train_config.beta_1,
-                                        beta_2=train_config.beta_2,
-                                        epsilon=train_config.epsilon),
+        optimizer=make_optimizer(train_config, model_config.hidden_dim),
         loss=LabelSmoothedCrossEntropy(train_config.label_smoothing,
                                        pad_id=model_config.pad_id),
         jit_compile=True, steps_per_execution=arguments.steps_per_execution)
@@ -293,9 +290,13 @@ def main(argv=None):
           f"(Keras backend {keras.backend.backend()}; peak {peak} TFLOP/s); "
           f"{flops_per_token:.3e} model FLOPs per target token")
     rows = []
-    for variant in arguments.variants:
-        rows.append(measure(variant, config, arguments, flops_per_token, peak))
-        common.print_table(rows[-1:], COLUMNS)
+    previous_policy = keras.config.dtype_policy()
+    try:
+        for variant in arguments.variants:
+            rows.append(measure(variant, config, arguments, flops_per_token, peak))
+            common.print_table(rows[-1:], COLUMNS)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)  # each variant set its own
     print()
     common.print_table(rows, COLUMNS)
     for row in rows:

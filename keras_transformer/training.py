@@ -21,7 +21,7 @@ from keras_transformer import corpus, distribution, runs
 from keras_transformer import tokenizer as tokenizer_lib
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, TargetTokens
-from keras_transformer.schedules import WarmupInverseSqrtSchedule
+from keras_transformer.optimizer import make_optimizer, make_schedule
 
 # Errors about the user's data, files or run, which command lines show as one line rather
 # than a traceback: each message names the file (or update) and the fix.
@@ -94,30 +94,6 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     if distribution.is_chief():
         _save_atomically(model, os.path.join(run_dir, runs.FINAL_WEIGHTS))
     return history
-
-
-def make_schedule(train_config, hidden_dim):
-    """Returns the warmup schedule of §5.3 as `train_config` sets it."""
-    return WarmupInverseSqrtSchedule(
-        hidden_dim, train_config.warmup_steps, train_config.learning_rate_scale,
-        gradient_accumulation_steps=train_config.gradient_accumulation_steps)
-
-
-def make_optimizer(train_config, hidden_dim=None, *, schedule=None):
-    """Returns Adam with the warmup schedule, accumulating gradients if asked.
-
-    Args:
-        train_config: `TrainConfig`.
-        hidden_dim: int. The model's width, for a new `make_schedule`.
-        schedule: the schedule to use instead (`make_schedule`'s, kept by the caller).
-    """
-    if schedule is None:
-        schedule = make_schedule(train_config, hidden_dim)
-    accumulation = train_config.gradient_accumulation_steps
-    return keras.optimizers.Adam(
-        schedule, beta_1=train_config.beta_1, beta_2=train_config.beta_2,
-        epsilon=train_config.epsilon,
-        gradient_accumulation_steps=accumulation if accumulation > 1 else None)
 
 
 def compile_model(model, train_config, optimizer=None):
