@@ -36,6 +36,7 @@ import time
 import sentencepiece
 import tensorflow as tf
 import tensorflow_text
+from sentencepiece import sentencepiece_model_pb2
 
 PAD_ID = 0
 UNK_ID = 1
@@ -222,6 +223,16 @@ def _parse_model(model_proto, source):
         raise TokenizerFileError(
             f"{source}: not a valid SentencePiece model ({error}). Copy it again, or "
             "train a new tokenizer with train_tokenizer().") from None
+    model = sentencepiece_model_pb2.ModelProto.FromString(bytes(model_proto))
+    if model.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
+        # FastSentencepieceTokenizer segments every model as a unigram model: a BPE
+        # model would be split into other (and more) pieces than it was trained with.
+        kind = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(
+            model.trainer_spec.model_type)
+        raise TokenizerFileError(
+            f"{source}: a SentencePiece {kind} model; only unigram models tokenize "
+            "correctly with tf-text's FastSentencepieceTokenizer. Train one with "
+            "train_tokenizer() (or SentencePiece's --model_type=unigram).")
     reserved = {PAD_ID: "<pad>", UNK_ID: "<unk>", START_ID: "<s>", END_ID: "</s>"}
     found = {i: processor.id_to_piece(i) for i in reserved
              if i < processor.get_piece_size()}

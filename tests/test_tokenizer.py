@@ -1,12 +1,14 @@
 """Tests for keras_transformer.tokenizer: training, round trips, TF/TFLite, save/load."""
 
 import hashlib
+import io
 import json
 import re
 import unicodedata
 
 import numpy as np
 import pytest
+import sentencepiece
 import tensorflow as tf
 import tensorflow_text
 
@@ -187,6 +189,29 @@ def test_loading_garbage_model_names_the_file(tokenizer, tmp_path):
         Tokenizer.load(tmp_path)
     with pytest.raises(TokenizerFileError, match="model_proto: not a valid SentencePiece"):
         Tokenizer(b"not a model")
+
+
+def _bpe_model(lines):
+    """A SentencePiece BPE model with the reserved ids that `Tokenizer` expects."""
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=400,
+        hard_vocab_limit=False, model_type="bpe", pad_id=PAD_ID, unk_id=UNK_ID,
+        bos_id=START_ID, eos_id=END_ID, pad_piece="<pad>", unk_piece="<unk>",
+        bos_piece="<s>", eos_piece="</s>", num_threads=1, minloglevel=2)
+    return model.getvalue()
+
+
+def test_bpe_model_is_refused_because_the_fast_tokenizer_splits_it_otherwise(
+        fixture_corpus_dir):
+    lines = fixture_lines(fixture_corpus_dir)
+    bpe = _bpe_model(lines)
+    # Why the refusal: tf-text's kernel segments it unlike SentencePiece itself.
+    by_sentencepiece = sentencepiece.SentencePieceProcessor(model_proto=bpe).encode(lines)
+    by_tf_text = tensorflow_text.FastSentencepieceTokenizer(bpe).tokenize(lines).to_list()
+    assert by_sentencepiece != by_tf_text
+    with pytest.raises(TokenizerFileError, match="model_proto: a SentencePiece BPE model"):
+        Tokenizer(bpe)
 
 
 def test_loading_corrupt_metadata_or_missing_files_names_the_file(tokenizer, tmp_path):
