@@ -16,7 +16,8 @@ Public API:
 
 Why these SentencePiece options:
     - unigram, not BPE: FastSentencepieceTokenizer runs any model with unigram
-      segmentation; on a BPE model its ids differ from SentencePiece's own.
+      segmentation; on a BPE model its ids differ from SentencePiece's own, so
+      `Tokenizer` refuses models of any other type.
     - `nmt_nfkc` normalisation: supported by the fast tokenizer (same ids as SentencePiece),
       and it folds look-alike characters (no-break spaces, full-width forms) together, so
       detokenized text is the NFKC form of the input with runs of spaces collapsed.
