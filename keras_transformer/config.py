@@ -49,6 +49,11 @@ class DataConfig:
     test_files: tuple[str, str] | None = None
     batch_tokens: int = 4096  # per side, as the paper's ≈25k source + 25k target
     seed: int = 0
+    # Subword sampling (Kudo, 2018): each training pass draws every sentence's
+    # segmentation among its `subword_nbest` most likely ones, with probability
+    # ∝ P^`subword_alpha`. 1: always the most likely one, as the paper trains.
+    subword_nbest: int = 1
+    subword_alpha: float = 0.1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,8 +11,8 @@ Public API:
       -> tf.data.Dataset` of `(inputs, targets, loss_weights)`:
         inputs = {"source_ids": int32 (B, S), "target_ids": int32 (B, T)},
         targets: int32 (B, T), loss_weights: float32 (B, T).
-    - `tokenize_pairs(parallel_text, tokenizer, *, max_length) -> TokenizedPairs`.
-    - `tokenize_split(parallel_text, tokenizer, *, max_length) -> TokenizedPairs` and
+    - `tokenize_pairs(parallel_text, tokenizer, *, max_length, nbest=1) -> TokenizedPairs`.
+    - `tokenize_split(parallel_text, tokenizer, *, max_length, nbest=1) -> TokenizedPairs` and
       `batch_pairs(pairs, *, batch_tokens, max_length, ...) -> tf.data.Dataset`, the two
       halves of `make_dataset`, and `batches_per_pass(pairs, ...) -> int`.
     - `bucket_boundaries(max_length)`, `bucket_lengths(boundaries, max_length)` and
@@ -26,6 +26,14 @@ so `max_length` (the model's) bounds `len(source) + 2` and `len(target) + 2`; lo
 pairs are dropped and counted. `loss_weights` is 1.0 on real target tokens and 0.0 on
 padding.
 
+Subword sampling (Kudo, 2018): with `nbest > 1`, `tokenize_pairs` also keeps the `nbest`
+most likely segmentations of every sentence, and each training pass of `batch_pairs`
+draws one of them per sentence, with probability ∝ P(segmentation)^`subword_alpha`,
+from a seed of its own `(seed, pass)`. A pair's bucket is that of its longest
+candidates, so whichever are drawn, a batch stays within its token budget and every
+pass has `batches_per_pass` batches. Evaluation passes use the most likely
+segmentation, as the exported translator does.
+
 Token budget: a batch holds B pairs padded to length L with B × L ≤ `batch_tokens` on
 each side. By default a batch is padded to its own longest pair, so batches take many
 shapes; with `pad_to_bucket=True` every batch of a bucket has the bucket's full size and
@@ -38,6 +46,7 @@ each of N replicas sees about `batch_tokens / N` tokens per side.
 """
 
 import dataclasses
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -53,6 +62,11 @@ BUCKET_GROWTH = 1.1
 # data, and under a strategy it leaves replicas without a share of it. The pairs left
 # out are others in every pass, each pass being permuted anew.
 MIN_PARTIAL_BATCH_FILL = 0.5
+# Kudo (2018) sampled among the 64 best segmentations with alpha 0.1 (and 0.2 / 0.5
+# among all of them) for translation.
+DEFAULT_SUBWORD_ALPHA = 0.1
+# Folded into a pass's seed to draw its segmentations from a stream of their own.
+SAMPLING_STREAM = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,15 +78,38 @@ class TokenizedPairs:
         target_ids: int32 `tf.RaggedTensor` (N, None): START target.
         targets: int32 `tf.RaggedTensor` (N, None): target END.
         num_too_long: int. Pairs dropped because a side exceeds `max_length`.
+        candidates: `SegmentationCandidates` for subword sampling, or None.
     """
 
     source_ids: tf.RaggedTensor
     target_ids: tf.RaggedTensor
     targets: tf.RaggedTensor
     num_too_long: int
+    candidates: "SegmentationCandidates | None" = None
 
 
-def tokenize_pairs(parallel_text, tokenizer, *, max_length):
+@dataclasses.dataclass(frozen=True)
+class SegmentationCandidates:
+    """The most likely segmentations of each kept pair's sentences, without START/END.
+
+    Only segmentations that fit `max_length` are kept; the most likely one always is.
+
+    Attributes:
+        source: int32 `tf.RaggedTensor` (N, None, None): pair, segmentation, piece; the
+            most likely segmentation first.
+        target: int32 `tf.RaggedTensor` (N, None, None), likewise.
+        source_log_probs: float32 `tf.RaggedTensor` (N, None): log-probability of each
+            source segmentation.
+        target_log_probs: float32 `tf.RaggedTensor` (N, None), likewise.
+    """
+
+    source: tf.RaggedTensor
+    target: tf.RaggedTensor
+    source_log_probs: tf.RaggedTensor
+    target_log_probs: tf.RaggedTensor
+
+
+def tokenize_pairs(parallel_text, tokenizer, *, max_length, nbest=1):
     """Tokenizes every pair at once and drops pairs longer than `max_length`.
 
     Args:
@@ -80,24 +117,55 @@ def tokenize_pairs(parallel_text, tokenizer, *, max_length):
             `source_lines` and `target_lines`).
         tokenizer: `keras_transformer.tokenizer.Tokenizer`.
         max_length: int. Longest sequence kept, START and END included.
+        nbest: int. With more than 1, also keep up to `nbest` segmentations of each
+            sentence for subword sampling (see module docstring).
 
     Returns:
         A `TokenizedPairs`.
     """
+    if not nbest >= 1:
+        raise ValueError(f"nbest (DataConfig.subword_nbest) must be at least 1, got {nbest}.")
     source = tokenizer.tokenize(tf.constant(list(parallel_text.source_lines), tf.string))
     target = tokenizer.tokenize(tf.constant(list(parallel_text.target_lines), tf.string))
     fits = ((source.row_lengths() + 2 <= max_length)
             & (target.row_lengths() + 2 <= max_length))  # (N,)
-    source = tf.ragged.boolean_mask(source, fits)
-    target = tf.ragged.boolean_mask(target, fits)
-    count = tf.shape(source.row_splits)[0] - 1
-    start = tf.fill([count, 1], START_ID)
-    end = tf.fill([count, 1], END_ID)
+    candidates = None
+    if nbest > 1:
+        kept = np.flatnonzero(fits.numpy())
+        candidates = _segmentation_candidates(
+            tokenizer, [parallel_text.source_lines[i] for i in kept],
+            [parallel_text.target_lines[i] for i in kept], nbest, max_length)
+    source_ids, target_ids, targets = _wrap(tf.ragged.boolean_mask(source, fits),
+                                            tf.ragged.boolean_mask(target, fits))
     return TokenizedPairs(
-        source_ids=tf.concat([start, source, end], axis=1),
-        target_ids=tf.concat([start, target], axis=1),
-        targets=tf.concat([target, end], axis=1),
-        num_too_long=int(tf.size(fits) - tf.reduce_sum(tf.cast(fits, tf.int32))))
+        source_ids=source_ids, target_ids=target_ids, targets=targets,
+        num_too_long=int(tf.size(fits) - tf.reduce_sum(tf.cast(fits, tf.int32))),
+        candidates=candidates)
+
+
+def _wrap(source, target):
+    """Adds START/END: `(START source END, START target, target END)`, each `(N, None)`."""
+    count = tf.shape(source.row_splits)[0] - 1
+    start = tf.fill([count, 1], tf.constant(START_ID, source.dtype))
+    end = tf.fill([count, 1], tf.constant(END_ID, source.dtype))
+    return (tf.concat([start, source, end], axis=1), tf.concat([start, target], axis=1),
+            tf.concat([target, end], axis=1))
+
+
+def _segmentation_candidates(tokenizer, source_lines, target_lines, nbest, max_length):
+    """The `nbest` segmentations of each side that fit `max_length` (see `tokenize_pairs`)."""
+    sides = []
+    for lines in (source_lines, target_lines):
+        ids, log_probs = tokenizer.nbest_tokenize(lines, nbest)  # (N, None, None), (N, None)
+        most_likely = tf.ragged.range(ids.row_lengths()) == 0  # (N, None)
+        # The most likely segmentation is the one the kept pair was measured by: it fits.
+        keep = (ids.row_lengths(axis=2) + 2 <= max_length) | most_likely
+        sides.append((tf.ragged.boolean_mask(ids, keep),
+                      tf.ragged.boolean_mask(log_probs, keep)))
+    (source, source_log_probs), (target, target_log_probs) = sides
+    return SegmentationCandidates(source=source, target=target,
+                                  source_log_probs=source_log_probs,
+                                  target_log_probs=target_log_probs)
 
 
 def bucket_boundaries(max_length):
@@ -162,21 +230,33 @@ def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=
                        pad_to_bucket=pad_to_bucket)
 
 
-def tokenize_split(parallel_text, tokenizer, *, max_length, verbose=True):
+def tokenize_split(parallel_text, tokenizer, *, max_length, nbest=1, verbose=True):
     """`tokenize_pairs` for batching: reports what was dropped, refuses an empty result.
 
     Args:
         parallel_text: `keras_transformer.corpus.ParallelText`.
         tokenizer: `keras_transformer.tokenizer.Tokenizer`.
         max_length: int. Longest sequence kept, START and END included.
-        verbose: bool. Print one line with the number of pairs dropped as too long.
+        nbest: int. Segmentations kept per sentence for subword sampling (1: none).
+        verbose: bool. Print one line with the number of pairs dropped as too long (and,
+            with `nbest > 1`, one before and after finding the segmentations).
 
     Returns:
         A `TokenizedPairs` with at least one pair.
     """
-    pairs = tokenize_pairs(parallel_text, tokenizer, max_length=max_length)
+    start = time.perf_counter()
+    if verbose and nbest > 1:
+        print(f"Finding up to {nbest} segmentations of each sentence of "
+              f"{parallel_text.source_file} and {parallel_text.target_file} for subword "
+              "sampling...", flush=True)
+    pairs = tokenize_pairs(parallel_text, tokenizer, max_length=max_length, nbest=nbest)
     count = int(pairs.source_ids.nrows())
     if verbose:
+        if nbest > 1:
+            segmentations = int(pairs.candidates.source.values.nrows()
+                                + pairs.candidates.target.values.nrows())
+            print(f"Found {segmentations / max(2 * count, 1):.1f} segmentations per "
+                  f"sentence on average in {time.perf_counter() - start:.0f} s.", flush=True)
         print(f"Batching {count} pairs; {pairs.num_too_long} dropped as longer than "
               f"max_length={max_length}.", flush=True)
     if count == 0:
@@ -186,7 +266,7 @@ def tokenize_split(parallel_text, tokenizer, *, max_length, verbose=True):
 
 
 def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat=False,
-                start_batch=0, pad_to_bucket=False):
+                start_batch=0, pad_to_bucket=False, subword_alpha=DEFAULT_SUBWORD_ALPHA):
     """Cuts tokenized pairs into length-bucketed batches, pass after pass.
 
     Pass `p` over the data (numbered from 0) visits the pairs in the order of a
@@ -217,10 +297,16 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
             length, with rows and positions of `PAD_ID` (loss weight 0), so that the
             batches take one shape per bucket: for `jit_compile`, where each new shape
             is a new XLA compilation. The pairs and their order are the same either way.
+        subword_alpha: float > 0. For pairs with `candidates` and `shuffle`: each pass
+            draws a segmentation of every sentence with probability ∝ P^`subword_alpha`
+            (0 would be uniform, large values the most likely one).
 
     Returns:
         A `tf.data.Dataset` of `(inputs, targets, loss_weights)` (see module docstring).
     """
+    if pairs.candidates is not None and not subword_alpha > 0:
+        raise ValueError(f"subword_alpha (DataConfig.subword_alpha) must be positive, "
+                         f"got {subword_alpha}.")
     boundaries = bucket_boundaries(max_length)
     batch_sizes = tf.constant(bucket_batch_sizes(boundaries, max_length, batch_tokens),
                               tf.int64)
@@ -230,11 +316,18 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
               if pad_to_bucket else None)  # (buckets, 2): rows and length of a full batch
 
     def one_pass(pass_index):
+        rows = (pairs.source_ids, pairs.target_ids, pairs.targets)
         if shuffle:
-            pair_seed, batch_seed = tf.unstack(tf.random.experimental.stateless_split(
-                tf.stack([tf.cast(seed, tf.int64), pass_index]), num=2))
+            pass_seed = tf.stack([tf.cast(seed, tf.int64), pass_index])
+            pair_seed, batch_seed = tf.unstack(
+                tf.random.experimental.stateless_split(pass_seed, num=2))
             order = tf.random.experimental.stateless_shuffle(
                 tf.range(tf.size(buckets, tf.int64)), seed=pair_seed)
+            if pairs.candidates is not None:
+                # A stream of its own: the pairs are visited as without sampling.
+                rows = _sample_segmentations(
+                    pairs.candidates, subword_alpha,
+                    tf.random.experimental.stateless_fold_in(pass_seed, SAMPLING_STREAM))
         else:
             order = tf.range(tf.size(buckets, tf.int64))
         batches = _group_by_bucket(order, buckets, batch_sizes)  # (batches, None) indices
@@ -247,7 +340,7 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
             batches = tf.gather(batches, tf.random.experimental.stateless_shuffle(
                 tf.range(batches.nrows()), seed=batch_seed))
         return tf.data.Dataset.from_tensor_slices(batches).map(
-            _gather_padded(pairs, buckets, shapes), num_parallel_calls=tf.data.AUTOTUNE,
+            _gather_padded(rows, buckets, shapes), num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True)
 
     if repeat:
@@ -290,11 +383,43 @@ def batches_per_pass(pairs, *, batch_tokens, max_length, shuffle=True):
 def _buckets(pairs, boundaries):
     """Bucket index of every pair: bucket i holds lengths in [boundaries[i-1], boundaries[i]).
 
-    Both sides share one batch size, so the longer side decides the bucket.
+    Both sides share one batch size, so the longer side decides the bucket; with
+    segmentation candidates, the longest candidate of either side.
     """
-    lengths = np.maximum(pairs.source_ids.row_lengths().numpy(),
-                         pairs.target_ids.row_lengths().numpy())
+    if pairs.candidates is None:
+        lengths = np.maximum(pairs.source_ids.row_lengths().numpy(),
+                             pairs.target_ids.row_lengths().numpy())
+    else:
+        # START source END is 2 longer than a source candidate, START target 1.
+        lengths = np.maximum(
+            tf.reduce_max(pairs.candidates.source.row_lengths(axis=2), axis=1).numpy() + 2,
+            tf.reduce_max(pairs.candidates.target.row_lengths(axis=2), axis=1).numpy() + 1)
     return np.searchsorted(boundaries, lengths, side="right")
+
+
+def _sample_segmentations(candidates, alpha, seed):
+    """Draws one segmentation per sentence: `(source_ids, target_ids, targets)`, wrapped.
+
+    Args:
+        candidates: `SegmentationCandidates` of N pairs.
+        alpha: float. Draw probability ∝ P(segmentation)^alpha.
+        seed: int64 `(2,)`, a stateless seed.
+
+    Returns:
+        Three int32 `tf.RaggedTensor` `(N, None)`, as in `TokenizedPairs`.
+    """
+    source_seed, target_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, num=2))
+    drawn = []
+    for segmentations, log_probs, side_seed in (
+            (candidates.source, candidates.source_log_probs, source_seed),
+            (candidates.target, candidates.target_log_probs, target_seed)):
+        # Padding columns get a logit no draw can pick.
+        logits = (alpha * log_probs).to_tensor(default_value=-1e9)  # (N, K)
+        choice = tf.random.stateless_categorical(logits, 1, seed=side_seed)[:, 0]  # (N,)
+        drawn.append(tf.gather(segmentations.values,
+                               segmentations.row_starts() + choice))  # (N, None)
+    return _wrap(*drawn)
 
 
 def _group_by_bucket(order, buckets, batch_sizes):
@@ -331,17 +456,15 @@ def _drop_small_partial_batches(batches, buckets, batch_sizes):
     return tf.ragged.boolean_mask(batches, keep)
 
 
-def _gather_padded(pairs, buckets, shapes=None):
+def _gather_padded(rows, buckets, shapes=None):
     """Returns the map from a batch's pair indices to its padded id matrices.
 
     Args:
-        pairs: `TokenizedPairs`.
+        rows: `(source_ids, target_ids, targets)`, ragged `(N, None)` each.
         buckets: int64 `(N,)`, the bucket of each pair (see `_buckets`).
         shapes: optional int64 `(buckets, 2)`: pad a batch of bucket i to `shapes[i]`
             (rows, length); without it, to the batch's own longest row.
     """
-    rows = (pairs.source_ids, pairs.target_ids, pairs.targets)
-
     def gather(indices):
         # All the pairs of a batch share its bucket: the first one tells it.
         shape = None if shapes is None else tf.gather(shapes, buckets[indices[0]])

@@ -11,7 +11,8 @@ Public API:
     - `PAD_ID`, `UNK_ID`, `START_ID`, `END_ID`: reserved ids 0–3.
     - `train_tokenizer(lines, vocabulary_size, ...) -> Tokenizer`.
     - `Tokenizer(model_proto)`: a `tf.Module` with `tokenize`, `detokenize`,
-      `vocabulary_size`, `id_to_piece`, `save(directory)` and `Tokenizer.load(directory)`.
+      `vocabulary_size`, `id_to_piece`, `save(directory)` and `Tokenizer.load(directory)`;
+      `nbest_tokenize(lines, nbest)` gives other segmentations for subword sampling.
     - `TokenizerFileError`: a saved tokenizer is missing, corrupt or truncated.
 
 Why these SentencePiece options:
@@ -30,10 +31,12 @@ Why these SentencePiece options:
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import time
 
+import numpy as np
 import sentencepiece
 import tensorflow as tf
 import tensorflow_text
@@ -47,6 +50,8 @@ MODEL_FILE = "tokenizer.model"
 METADATA_FILE = "tokenizer.json"
 # More lines than this add seconds of training and almost nothing to the vocabulary.
 MAX_TRAINING_LINES = 2_000_000
+# Lines per call of SentencePiece's n-best encoder in `Tokenizer.nbest_tokenize`.
+NBEST_CHUNK_LINES = 2_000
 
 
 class TokenizerFileError(ValueError):
@@ -119,6 +124,7 @@ class Tokenizer(tf.Module):
         self._model_proto = bytes(model_proto)
         self._pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
         self._fast = tensorflow_text.FastSentencepieceTokenizer(self._model_proto)
+        self._processor = processor  # Python SentencePiece, for nbest_tokenize
 
     @property
     def vocabulary_size(self):
@@ -144,6 +150,46 @@ class Tokenizer(tf.Module):
             int32 `tf.RaggedTensor` of shape `(B, None)`.
         """
         return self._fast.tokenize(strings)
+
+    def nbest_tokenize(self, lines, nbest):
+        """The `nbest` most likely segmentations of each line, for subword sampling.
+
+        Subword regularisation (Kudo, 2018) trains on segmentations other than the most
+        likely one. This runs SentencePiece in Python, not as TF ops: it is for training
+        data, which is tokenized once, and tf-text's n-best op flattens its output without
+        saying which line each segmentation belongs to. The first segmentation of a
+        line is the one `tokenize` gives.
+
+        Args:
+            lines: list of str.
+            nbest: int ≥ 1. Segmentations per line; a line with fewer gets all it has.
+
+        Returns:
+            `(ids, log_probs)`: int32 `tf.RaggedTensor` `(N, None, None)` (line,
+            segmentation, piece), most likely first, and float32 `tf.RaggedTensor`
+            `(N, None)`, the log-probability of each segmentation under the unigram
+            model (the sum of its pieces' scores).
+        """
+        if nbest < 1:
+            raise ValueError(f"nbest must be at least 1, got {nbest}.")
+        scores = np.array([self._processor.get_score(i) for i in range(self.vocabulary_size)],
+                          np.float32)
+        ids, piece_counts, segmentation_counts = [], [], []
+        # Chunks keep the Python lists (one object per id) small; the result is NumPy.
+        for start in range(0, len(lines), NBEST_CHUNK_LINES):
+            chunk = self._processor.nbest_encode_as_ids(
+                list(lines[start:start + NBEST_CHUNK_LINES]), nbest_size=nbest)
+            segmentation_counts.extend(len(segmentations) for segmentations in chunk)
+            segmentations = [pieces for line in chunk for pieces in line]
+            piece_counts.extend(len(pieces) for pieces in segmentations)
+            ids.append(np.fromiter(itertools.chain.from_iterable(segmentations), np.int32))
+        ids = tf.RaggedTensor.from_nested_row_lengths(
+            np.concatenate(ids) if ids else np.zeros([0], np.int32),
+            [np.array(segmentation_counts, np.int64), np.array(piece_counts, np.int64)])
+        log_probs = tf.RaggedTensor.from_row_lengths(
+            tf.reduce_sum(tf.gather(scores, ids.values), axis=1),
+            ids.row_lengths())  # (N, None)
+        return ids, log_probs
 
     def detokenize(self, ids):
         """Turns ids back into natural text.

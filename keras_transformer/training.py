@@ -265,7 +265,8 @@ def make_datasets(config, tokenizer, splits, position=(0, 0)):
     from keras_transformer import data
     options = dict(batch_tokens=config.data.batch_tokens, max_length=config.model.max_length)
     pairs = data.tokenize_split(splits["train"], tokenizer,
-                                max_length=config.model.max_length)
+                                max_length=config.model.max_length,
+                                nbest=config.data.subword_nbest)
     steps_per_epoch = (config.train.steps_per_epoch
                        or data.batches_per_pass(pairs, **options))
     epoch, batches_done = position
@@ -273,7 +274,8 @@ def make_datasets(config, tokenizer, splits, position=(0, 0)):
     pad_to_bucket = bool(config.train.jit_compile)
     train_data = data.batch_pairs(pairs, shuffle=True, seed=config.data.seed, repeat=True,
                                   start_batch=epoch * steps_per_epoch + batches_done,
-                                  pad_to_bucket=pad_to_bucket, **options)
+                                  pad_to_bucket=pad_to_bucket,
+                                  subword_alpha=config.data.subword_alpha, **options)
     validation_data = data.make_dataset(splits["validation"], tokenizer, shuffle=False,
                                         pad_to_bucket=pad_to_bucket, **options)
     return train_data, validation_data, steps_per_epoch

@@ -256,3 +256,127 @@ def test_padding_to_the_bucket_gives_one_shape_per_bucket_and_the_same_pairs(
             rest[:rows, :length] = PAD_ID
             assert (rest == PAD_ID).all()
     assert len(padded_shapes) < len(plain_shapes)
+
+
+NBEST = 8
+
+
+@pytest.fixture(scope="module")
+def sampled_pairs(parallel_text, tokenizer):
+    return data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH, nbest=NBEST)
+
+
+def sampled_stream(pairs, count, **options):
+    dataset = data.batch_pairs(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+                               **options)
+    return [(inputs["source_ids"].numpy(), inputs["target_ids"].numpy(), targets.numpy())
+            for inputs, targets, _ in dataset.take(count)]
+
+
+def decode(strings):
+    return [text.decode("utf-8") for text in np.asarray(strings).reshape(-1)]
+
+
+def pieces(rows, first):
+    """The pieces of padded rows, from column `first` on, without PAD, START and END."""
+    return [tuple(int(i) for i in row[first:] if i not in (PAD_ID, START_ID, END_ID))
+            for row in rows]
+
+
+def test_subword_sampling_trains_on_other_segmentations_of_the_same_text(
+        parallel_text, tokenizer, sampled_pairs):
+    per_pass = data.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
+                                     max_length=MAX_LENGTH)
+    stream = sampled_stream(sampled_pairs, 2 * per_pass, seed=3, repeat=True)
+    every_pair = collections.Counter(zip(parallel_text.source_lines,
+                                         parallel_text.target_lines))
+    most_likely = set(map(tuple, tokenizer.tokenize(
+        list(parallel_text.source_lines) + list(parallel_text.target_lines)).to_list()))
+    drawn = []
+    for first in (0, per_pass):
+        decoded, segmentations = collections.Counter(), []
+        for source_ids, target_ids, targets in stream[first:first + per_pass]:
+            assert source_ids.size <= BATCH_TOKENS and target_ids.size <= BATCH_TOKENS
+            assert pieces(target_ids, 1) == pieces(targets, 0)  # the same drawn target
+            assert (source_ids[:, 0] == START_ID).all() and (target_ids[:, 0] == START_ID).all()
+            decoded.update(zip(decode(tokenizer.detokenize(source_ids)),
+                               decode(tokenizer.detokenize(target_ids))))
+            segmentations += pieces(source_ids, 1) + pieces(targets, 0)
+        # Other pieces, the same sentences: a pass is still each pair once at most.
+        assert decoded <= every_pair and decoded.total() > 0.9 * every_pair.total()
+        other = sum(segmentation not in most_likely for segmentation in segmentations)
+        assert 0.3 < other / len(segmentations) < 1.0
+        drawn.append(collections.Counter(segmentations))
+    assert drawn[0] != drawn[1]  # each pass draws anew
+
+
+def test_subword_sampling_is_a_function_of_seed_and_position(sampled_pairs):
+    # What a training run resumed in a fresh process relies on.
+    per_pass = data.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
+                                     max_length=MAX_LENGTH)
+    whole = sampled_stream(sampled_pairs, 2 * per_pass + 8, seed=3, repeat=True)
+    tf.random.set_seed(99)
+    for start in (1, per_pass + 3):
+        later = sampled_stream(sampled_pairs, 8, seed=3, repeat=True, start_batch=start)
+        for got, expected in zip(later, whole[start:start + 8]):
+            for got_ids, expected_ids in zip(got, expected):
+                np.testing.assert_array_equal(got_ids, expected_ids)
+    other_seed = sampled_stream(sampled_pairs, per_pass, seed=4, repeat=True)
+    assert [pieces(targets, 0) for _, _, targets in other_seed] != [
+        pieces(targets, 0) for _, _, targets in whole[:per_pass]]
+
+
+def test_evaluation_passes_use_the_most_likely_segmentation(sampled_pairs):
+    plain = data.TokenizedPairs(sampled_pairs.source_ids, sampled_pairs.target_ids,
+                                sampled_pairs.targets, sampled_pairs.num_too_long)
+    streams = []
+    for pairs in (sampled_pairs, plain):
+        # Buckets differ (those of the longest candidates), so the batches are compared
+        # by what they hold.
+        streams.append(collections.Counter(
+            (source, target) for source_ids, _, targets in sampled_stream(
+                pairs, 1000, shuffle=False)
+            for source, target in zip(pieces(source_ids, 1), pieces(targets, 0))))
+    assert streams[0] == streams[1]
+    assert streams[0].total() == int(sampled_pairs.source_ids.nrows())
+
+
+def test_a_pass_with_sampling_has_the_batches_counted_within_budget(sampled_pairs):
+    per_pass = data.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
+                                     max_length=MAX_LENGTH)
+    for pad_to_bucket in (False, True):
+        batches = sampled_stream(sampled_pairs, 10 * per_pass, seed=5,
+                                 pad_to_bucket=pad_to_bucket)
+        assert len(batches) == per_pass
+        assert max(max(s.size, t.size) for s, t, _ in batches) <= BATCH_TOKENS
+
+
+def test_segmentations_are_drawn_with_probability_proportional_to_p_to_the_alpha():
+    log_probs = [-1.0, -2.0, -4.0]
+    count = 20000
+    candidates = data.SegmentationCandidates(
+        source=tf.ragged.constant([[[5], [6], [7]]] * count, tf.int32),
+        target=tf.ragged.constant([[[8, 9], [10]]] * count, tf.int32),
+        source_log_probs=tf.ragged.constant([log_probs] * count, tf.float32),
+        target_log_probs=tf.ragged.constant([[-3.0, -3.0]] * count, tf.float32))
+    for alpha in (0.5, 2.0):
+        source_ids, target_ids, targets = data._sample_segmentations(
+            candidates, alpha, tf.constant([1, 2], tf.int64))
+        drawn = source_ids.to_tensor().numpy()
+        assert (drawn[:, 0] == START_ID).all() and (drawn[:, 2] == END_ID).all()
+        frequencies = np.bincount(drawn[:, 1] - 5, minlength=3) / count
+        expected = np.exp(alpha * np.array(log_probs))
+        np.testing.assert_allclose(frequencies, expected / expected.sum(), atol=0.015)
+        first_target = np.mean([row == [START_ID, 8, 9] for row in target_ids.to_list()])
+        assert abs(first_target - 0.5) < 0.015  # equal probabilities
+        assert [row[1:] for row in target_ids.to_list()] == [
+            row[:-1] for row in targets.to_list()]
+
+
+def test_bad_subword_sampling_settings_name_the_config_field(parallel_text, tokenizer,
+                                                             sampled_pairs):
+    with pytest.raises(ValueError, match=r"DataConfig.subword_nbest\) must be at least 1"):
+        data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH, nbest=0)
+    with pytest.raises(ValueError, match=r"DataConfig.subword_alpha\) must be positive"):
+        data.batch_pairs(sampled_pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+                         subword_alpha=0.0)

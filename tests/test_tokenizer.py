@@ -222,3 +222,28 @@ def test_loading_corrupt_metadata_or_missing_files_names_the_file(tokenizer, tmp
     with pytest.raises(TokenizerFileError,
                        match=re.escape(str(tmp_path / "tokenizer.json")) + ": not valid JSON"):
         Tokenizer.load(tmp_path)
+
+
+def test_nbest_segmentations_spell_the_line_most_likely_first(tokenizer, fixture_corpus_dir):
+    lines = fixture_lines(fixture_corpus_dir, ("de",))[:50] + ["", "."]
+    ids, log_probs = tokenizer.nbest_tokenize(lines, 8)
+    assert ids.shape[0] == log_probs.shape[0] == len(lines)
+    assert ids.row_lengths().numpy().tolist() == log_probs.row_lengths().numpy().tolist()
+    best = tokenizer.tokenize(lines).to_list()
+    processor = sentencepiece.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(tokenizer.model_proto)
+    for line, segmentations, scores, most_likely in zip(
+            lines, ids.to_list(), log_probs.to_list(), best):
+        assert 1 <= len(segmentations) <= 8 and len(set(map(tuple, segmentations))) == len(
+            segmentations)
+        assert segmentations[0] == most_likely
+        spelled = decode(tokenizer.detokenize(tf.ragged.constant(segmentations, tf.int32)))
+        assert set(spelled) == {decode(tokenizer.detokenize([most_likely]))[0]}
+        # SentencePiece's own score of each segmentation (its log-probability).
+        reference = processor.nbest_encode_as_proto(line, nbest_size=8).nbests
+        np.testing.assert_allclose(scores, [n.score for n in reference], rtol=1e-5,
+                                   atol=1e-4)
+        assert (np.diff(scores) <= 1e-4).all()  # most likely first (ties in float32)
+    assert ids.to_list()[-2] == [[]]  # an empty line has one segmentation: no pieces
+    with pytest.raises(ValueError, match="nbest must be at least 1"):
+        tokenizer.nbest_tokenize(lines, 0)

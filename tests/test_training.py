@@ -304,6 +304,25 @@ def test_xla_runs_get_one_batch_shape_per_bucket(fixture_corpus_dir, jit_compile
         assert shapes <= bucket_shapes if jit_compile else not shapes <= bucket_shapes
 
 
+def test_subword_sampling_setting_reaches_the_training_data_alone(fixture_corpus_dir):
+    from keras_transformer import corpus
+    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
+    config = config_lib.override(tiny_config(fixture_corpus_dir), ["subword_nbest=8"])
+    splits = {split: corpus.load_split(config.data, split, verbose=False)
+              for split in ("train", "validation")}
+    tokenizer = train_tokenizer(splits["train"].source_lines + splits["train"].target_lines,
+                                300, verbose=False)
+    train_data, validation_data, steps = training.make_datasets(config, tokenizer, splits)
+    for dataset, split, sampled in ((train_data.take(steps), "train", True),
+                                    (validation_data, "validation", False)):
+        most_likely = set(map(tuple, tokenizer.tokenize(
+            list(splits[split].target_lines)).to_list()))
+        targets = [tuple(int(i) for i in row if i not in (PAD_ID, START_ID, END_ID))
+                   for _, batch, _ in dataset for row in batch.numpy()]
+        other = sum(target not in most_likely for target in targets)
+        assert (other > 0.3 * len(targets)) if sampled else other == 0, split
+
+
 def test_mixed_precision_belongs_to_the_run_alone(tmp_path, fixture_corpus_dir):
     """A bfloat16 run trains in bfloat16; what the process builds afterwards is float32."""
     config = config_lib.override(tiny_config(fixture_corpus_dir), [
