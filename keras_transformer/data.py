@@ -299,7 +299,7 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
             is a new XLA compilation. The pairs and their order are the same either way.
         subword_alpha: float > 0. For pairs with `candidates` and `shuffle`: each pass
             draws a segmentation of every sentence with probability ∝ P^`subword_alpha`
-            (0 would be uniform, large values the most likely one).
+            (values near 0 draw almost uniformly, large ones the most likely one).
 
     Returns:
         A `tf.data.Dataset` of `(inputs, targets, loss_weights)` (see module docstring).
