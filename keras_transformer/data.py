@@ -51,6 +51,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.config import DataConfig
 from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
 
 # Smallest bucket upper bound and growth between buckets: ~10 % more padding at most
@@ -62,9 +63,6 @@ BUCKET_GROWTH = 1.1
 # data, and under a strategy it leaves replicas without a share of it. The pairs left
 # out are others in every pass, each pass being permuted anew.
 MIN_PARTIAL_BATCH_FILL = 0.5
-# Kudo (2018) sampled among the 64 best segmentations with alpha 0.1 (and 0.2 / 0.5
-# among all of them) for translation.
-DEFAULT_SUBWORD_ALPHA = 0.1
 # Folded into a pass's seed to draw its segmentations from a stream of their own.
 SAMPLING_STREAM = 1
 
@@ -266,7 +264,7 @@ def tokenize_split(parallel_text, tokenizer, *, max_length, nbest=1, verbose=Tru
 
 
 def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat=False,
-                start_batch=0, pad_to_bucket=False, subword_alpha=DEFAULT_SUBWORD_ALPHA):
+                start_batch=0, pad_to_bucket=False, subword_alpha=DataConfig.subword_alpha):
     """Cuts tokenized pairs into length-bucketed batches, pass after pass.
 
     Pass `p` over the data (numbered from 0) visits the pairs in the order of a
