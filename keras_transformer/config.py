@@ -174,17 +174,18 @@ PRESETS = {
         "train": dict(label_smoothing=0.1, warmup_steps=4000),
         "data": dict(batch_tokens=25000),
     },
-    # Small model for Multi30K (≈29k pairs): the best measured recipe (BENCHMARKS.md, the
-    # quality table; this preset: 39.6 and 40.6 BLEU en→de with two seeds, and 60.4
-    # en→fr, against 37.1 en→de with 100 epochs of 4,096-token batches). Model and optimisation as the "Transformer-Tiny"
-    # of Wu et al. (ACL 2021), a text-only model for Multi30K: 4+4 layers of width 128,
-    # dropout 0.3, 8,192-token updates (theirs: 4,096 on each of 2 GPUs) for about 8,000
-    # updates, and a peak learning rate of 0.005 after 2,000 warmup steps (the paper's
-    # schedule peaks at hidden_dim^-0.5 × warmup_steps^-0.5 = 0.00198; × 2.53 gives
-    # 0.005). Ours adds a learning rate that falls linearly to 0 over the last 20 % of the
-    # updates. Bounded by epochs, so that a run trains the same amount on any hardware.
-    # No BLEU early stopping: the validation score on 200 sentences wanders by 3–4 over a
-    # plateau, and stopping after 5 epochs without a gain ended a run before its cooldown.
+    # Small model for Multi30K (≈29k pairs): the best measured recipe (BENCHMARKS.md,
+    # the quality table; this preset: 39.6 and 40.6 BLEU en→de with two seeds, and 60.4
+    # en→fr, against 37.1 en→de with 100 epochs of 4,096-token batches). Model and
+    # optimisation as the "Transformer-Tiny" of Wu et al. (ACL 2021), a text-only model
+    # for Multi30K: 4+4 layers of width 128, dropout 0.3, 8,192-token updates (theirs:
+    # 4,096 on each of 2 GPUs) for about 8,000 updates, and a peak learning rate of
+    # 0.005 after 2,000 warmup steps (the paper's schedule peaks at hidden_dim^-0.5 ×
+    # warmup_steps^-0.5 = 0.00198; × 2.53 gives 0.005). Ours adds a learning rate that
+    # falls linearly to 0 over the last 20 % of the updates. Bounded by epochs, so that
+    # a run trains the same amount on any hardware. No BLEU early stopping: the
+    # validation score on 200 sentences wanders by 3–4 over a plateau, and stopping
+    # after 5 epochs without a gain ended a run before its cooldown.
     "multi30k": {
         "model": dict(vocabulary_size=8000, num_layers=4, hidden_dim=128,
                       intermediate_dim=256, num_heads=4, dropout=0.3),
