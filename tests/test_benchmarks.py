@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from benchmarks import (bleu_callback_time, checkpoint_averaging, cold_start, common,
                         decode_step_ops, decode_throughput, length_penalty, loss_step, mfu,
-                        models, train_throughput)
+                        models, portable_greedy, train_throughput)
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -151,6 +151,30 @@ def test_decode_throughput_runs_every_decoder(tmp_path):
     result = _run(decode_throughput.main, [
         "--batch-sizes", "2", "--output-length", "4", "--calls", "1"], tmp_path)
     _check_decoding(result, list(decode_throughput.DECODERS), [2], 4)
+
+
+def test_portable_greedy_decodes_as_the_cached_decoder_and_times_every_batch(tmp_path):
+    path = tmp_path / "greedy.json"
+    portable_greedy.main(["--preset", "paper_base", *MFU_TINY_MODEL, "--variants", "float32",
+                          "--batch-sizes", "1", "3", "--source-length", "6",
+                          "--output-length", "5", "--calls", "1", "--json", str(path)])
+    rows = json.loads(path.read_text())["rows"]
+    assert [row["batch"] for row in rows] == [1, 3]
+    for row in rows:
+        assert row["tokens_per_second"] == pytest.approx(
+            row["batch"] * 5 / row["seconds_per_call"])
+
+    # The keras.ops loop against the shipped TensorFlow decoder, END forbidden in both.
+    from keras_transformer import config as config_lib, decoding
+    model_config = config_lib.override(config_lib.preset_config("paper_base"),
+                                       MFU_TINY_MODEL).model
+    model = portable_greedy.build(model_config, "float32")
+    sources = portable_greedy.random_sources(model_config.vocabulary_size, 3, 6, seed=1)
+    ids = portable_greedy.compiled_greedy(model, 5)(sources).numpy()
+    expected = decoding.greedy_decode(decode_throughput.EndlessModel(model), sources,
+                                      max_length=5, extra_length=None).ids.numpy()
+    assert ids.shape == (3, 5) and np.all(ids >= common.FIRST_ORDINARY_ID)
+    np.testing.assert_array_equal(ids, expected)
 
 
 def test_cold_start_times_a_fresh_process(tmp_path):

@@ -1,0 +1,177 @@
+"""Cached greedy decoding throughput of a preset's model on any Keras backend.
+
+`keras_transformer.decoding` is TensorFlow code (`tf.while_loop`, and the exported
+graphs); this script measures the model's cached decoding step (`Transformer.encode`,
+`init_cache`, `decode_step`, all `keras.ops`) on backends and machines where
+TensorFlow is missing, a GPU with only JAX, say. The loop is `keras.ops.fori_loop`
+over exactly `--output-length` steps, compiled whole (`jax.jit` on JAX,
+`tf.function(jit_compile=True)` on TensorFlow), with END and PAD never chosen, so
+every output has the same length, as in `benchmarks.decode_throughput`. Weights are a
+random initialisation: speed does not depend on them. On TensorFlow its ids equal
+`decoding.greedy_decode`'s (a test checks this), so the two loops do the same work.
+
+    KERAS_BACKEND=jax python -m benchmarks.portable_greedy      # on a GPU
+    python -m benchmarks.portable_greedy --preset paper_base --batch-sizes 1 32 128 \
+        --variants float32 mixed_bfloat16 --json results.json
+"""
+
+import argparse
+import dataclasses
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import ops  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+
+# The ids `keras_transformer.tokenizer` reserves; importing it would import TensorFlow.
+START_ID, END_ID = 2, 3
+
+
+def parse_arguments(argv=None):
+    from keras_transformer import config as config_lib
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="paper_base", choices=sorted(config_lib.PRESETS))
+    parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
+                        help="model config changes as train.py takes them, e.g. num_layers=2")
+    parser.add_argument("--variants", nargs="+", default=["float32", "mixed_bfloat16"],
+                        help="dtype policies, one model each")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32, 128])
+    parser.add_argument("--source-length", type=int, default=20,
+                        help="tokens of every source sentence (START and END included)")
+    parser.add_argument("--output-length", type=int, default=50)
+    parser.add_argument("--calls", type=int, default=5,
+                        help="timed calls per variant and batch size (after a warm-up)")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
+    arguments = parser.parse_args(argv)
+    if any("=" in variant for variant in arguments.variants):
+        parser.error("FIELD=VALUE overrides go before --variants, which takes the rest.")
+    return arguments
+
+
+def greedy_ids(model, source_ids, output_length):
+    """Output ids `(B, output_length)` of cached greedy decoding, END and PAD excluded."""
+    encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
+    cache = model.init_cache(encoder_output, source_ids, output_length)
+    batch = ops.shape(source_ids)[0]
+    vocabulary = ops.arange(model.vocabulary_size)  # (V,)
+    never = ops.logical_or(vocabulary == model.pad_id, vocabulary == END_ID)  # (V,)
+
+    def step(index, state):
+        tokens, ids, cache = state
+        logits, cache = model.decode_step(tokens, cache, index)  # (B, V)
+        tokens = ops.cast(ops.argmax(ops.where(never, -1e9, logits), axis=-1), "int32")
+        positions = ops.arange(output_length) == index  # (L,)
+        ids = ops.where(positions[None, :], tokens[:, None], ids)  # (B, L)
+        return tokens, ids, cache
+
+    start = ops.full((batch,), START_ID, "int32")
+    ids = ops.zeros((batch, output_length), "int32")
+    _, ids, _ = ops.fori_loop(0, output_length, step, (start, ids, cache))
+    return ids
+
+
+def compiled_greedy(model, output_length):
+    """`greedy_ids` as one compiled function of source ids, for the current backend."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        @jax.jit
+        def run(values, source_ids):
+            # Weights enter as arguments, not as constants baked into the program.
+            with keras.StatelessScope(state_mapping=list(zip(model.variables, values))):
+                return greedy_ids(model, source_ids, output_length)
+
+        values = [variable.value for variable in model.variables]
+        return lambda source_ids: run(values, source_ids)
+    if backend == "tensorflow":
+        import tensorflow as tf
+        return tf.function(lambda source_ids: greedy_ids(model, source_ids, output_length),
+                           jit_compile=True)
+    raise ValueError(f"benchmarks.portable_greedy runs on the jax and tensorflow backends, "
+                     f"not {backend!r}: set KERAS_BACKEND.")
+
+
+def random_sources(vocabulary_size, batch, length, seed):
+    """Source ids `(batch, length)`: START, ordinary ids, END; no padding."""
+    rng = np.random.default_rng(seed)
+    middle = rng.integers(common.FIRST_ORDINARY_ID, vocabulary_size, size=(batch, length - 2))
+    return np.concatenate([np.full((batch, 1), START_ID), middle,
+                           np.full((batch, 1), END_ID)], axis=1).astype("int32")
+
+
+def measure(decode, sources, calls, output_length):
+    """Times `calls` calls after a warm-up (compilation); waits for the device each call."""
+    started = time.perf_counter()
+    ids = ops.convert_to_numpy(decode(sources))
+    warmup_seconds = time.perf_counter() - started
+    seconds = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        ops.convert_to_numpy(decode(sources))
+        seconds.append(time.perf_counter() - started)
+    per_call = statistics.median(seconds)
+    batch = len(sources)
+    return {"batch": batch, "seconds_per_call": per_call,
+            "sentences_per_second": batch / per_call,
+            "tokens_per_second": batch * output_length / per_call,
+            "warmup_seconds": warmup_seconds}, ids
+
+
+def build(model_config, policy):
+    from keras_transformer.model import Transformer
+    keras.config.set_dtype_policy(policy)
+    keras.utils.set_random_seed(0)
+    model = Transformer(**dict(dataclasses.asdict(model_config), dropout=0.0))
+    ids = np.full((1, 2), START_ID, "int32")
+    model({"source_ids": ids, "target_ids": ids})  # creates the weights
+    return model
+
+
+COLUMNS = [("variant", "variant"), ("batch", "batch"), ("seconds_per_call", "s/call"),
+           ("sentences_per_second", "sent/s"), ("tokens_per_second", "tok/s"),
+           ("warmup_seconds", "warm-up s")]
+
+
+def main(argv=None):
+    from benchmarks import mfu
+    from keras_transformer import config as config_lib
+    arguments = parse_arguments(argv)
+    model_config = config_lib.override(config_lib.preset_config(arguments.preset),
+                                       arguments.overrides).model
+    names = mfu.gpu_names()
+    result = common.header(arguments)
+    result.update(model_config=dataclasses.asdict(model_config), gpu_models=names)
+    print(f"{arguments.preset} on {names[0] if names else 'no GPU'} "
+          f"(Keras backend {keras.backend.backend()}): cached greedy, sources of "
+          f"{arguments.source_length} tokens, outputs of {arguments.output_length}")
+    rows = []
+    previous_policy = keras.config.dtype_policy()
+    try:
+        for variant in arguments.variants:
+            model = build(model_config, variant)
+            decode = compiled_greedy(model, arguments.output_length)
+            for batch in arguments.batch_sizes:
+                sources = random_sources(model_config.vocabulary_size, batch,
+                                         arguments.source_length, seed=batch)
+                row, _ = measure(decode, sources, arguments.calls, arguments.output_length)
+                rows.append({"variant": variant, **row})
+                common.print_table(rows[-1:], COLUMNS)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)  # each variant set its own
+    print()
+    common.print_table(rows, COLUMNS)
+    result.update(rows=rows, peak_accelerator_memory_mb=mfu.accelerator_peak_memory_mb(),
+                  load_average_end=common.load_average())
+    common.write_json(arguments.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
