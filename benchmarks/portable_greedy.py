@@ -1,18 +1,20 @@
-"""Cached greedy decoding throughput of a preset's model on any Keras backend.
+"""Greedy decoding throughput of a preset's model on any Keras backend: cached vs uncached.
 
 `keras_transformer.decoding` is TensorFlow code (`tf.while_loop`, and the exported
-graphs); this script measures the model's cached decoding step (`Transformer.encode`,
-`init_cache`, `decode_step`, all `keras.ops`) on backends and machines where
-TensorFlow is missing, a GPU with only JAX, say. The loop is `keras.ops.fori_loop`
-over exactly `--output-length` steps, compiled whole (`jax.jit` on JAX,
-`tf.function(jit_compile=True)` on TensorFlow), with END and PAD never chosen, so
-every output has the same length, as in `benchmarks.decode_throughput`. Weights are a
-random initialisation: speed does not depend on them. On TensorFlow its ids equal
-`decoding.greedy_decode`'s (a test checks this), so the two loops do the same work.
+graphs); this script measures the model's own decoding ops (`Transformer.encode`,
+`init_cache`, `decode_step`, `decode`, all `keras.ops`) on backends and machines where
+TensorFlow is missing, a GPU with only JAX, say. Two loops, each a `keras.ops.fori_loop`
+over exactly `--output-length` steps compiled whole (`jax.jit` on JAX,
+`tf.function(jit_compile=True)` on TensorFlow): cached (one `decode_step` per token)
+and uncached (the whole prefix through `decode` per token, the tutorial's way). END and
+PAD are never chosen, so every output has the same length, as in
+`benchmarks.decode_throughput`. Weights are a random initialisation: speed does not
+depend on them. On TensorFlow both loops' ids equal `decoding.greedy_decode`'s (a test
+checks this), so they do the work the shipped decoder does.
 
     KERAS_BACKEND=jax python -m benchmarks.portable_greedy      # on a GPU
     python -m benchmarks.portable_greedy --preset paper_base --batch-sizes 1 32 128 \
-        --variants float32 mixed_bfloat16 --json results.json
+        --variants float32 mixed_bfloat16 --decoders cached --json results.json
 """
 
 import argparse
@@ -41,6 +43,8 @@ def parse_arguments(argv=None):
                         help="model config changes as train.py takes them, e.g. num_layers=2")
     parser.add_argument("--variants", nargs="+", default=["float32", "mixed_bfloat16"],
                         help="dtype policies, one model each")
+    parser.add_argument("--decoders", nargs="+", choices=sorted(DECODERS),
+                        default=["cached", "uncached"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32, 128])
     parser.add_argument("--source-length", type=int, default=20,
                         help="tokens of every source sentence (START and END included)")
@@ -59,16 +63,13 @@ def greedy_ids(model, source_ids, output_length):
     encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
     cache = model.init_cache(encoder_output, source_ids, output_length)
     batch = ops.shape(source_ids)[0]
-    vocabulary = ops.arange(model.vocabulary_size)  # (V,)
-    never = ops.logical_or(vocabulary == model.pad_id, vocabulary == END_ID)  # (V,)
+    never = _never_chosen(model)
 
     def step(index, state):
         tokens, ids, cache = state
         logits, cache = model.decode_step(tokens, cache, index)  # (B, V)
-        tokens = ops.cast(ops.argmax(ops.where(never, -1e9, logits), axis=-1), "int32")
-        positions = ops.arange(output_length) == index  # (L,)
-        ids = ops.where(positions[None, :], tokens[:, None], ids)  # (B, L)
-        return tokens, ids, cache
+        tokens = _most_likely(logits, never)
+        return tokens, _write(ids, index, tokens), cache
 
     start = ops.full((batch,), START_ID, "int32")
     ids = ops.zeros((batch, output_length), "int32")
@@ -76,8 +77,49 @@ def greedy_ids(model, source_ids, output_length):
     return ids
 
 
-def compiled_greedy(model, output_length):
-    """`greedy_ids` as one compiled function of source ids, for the current backend."""
+def uncached_greedy_ids(model, source_ids, output_length):
+    """The same ids, re-running `model.decode` over the whole prefix at every step.
+
+    The tutorial's way, O(L²) work. The prefix has a fixed width (START, then the
+    tokens so far, then PAD, which the masks hide), so one compiled step serves every
+    position, as in `decoding.uncached_greedy_decode` under XLA.
+    """
+    encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
+    batch = ops.shape(source_ids)[0]
+    never = _never_chosen(model)
+    start = ops.full((batch, 1), START_ID, "int32")
+
+    def step(index, ids):
+        prefix = ops.concatenate([start, ids[:, :-1]], axis=1)  # (B, L)
+        logits = model.decode(prefix, encoder_output, source_ids, training=False)  # (B, L, V)
+        tokens = _most_likely(ops.take(logits, index, axis=1), never)  # (B,)
+        return _write(ids, index, tokens)
+
+    return ops.fori_loop(0, output_length, step, ops.zeros((batch, output_length), "int32"))
+
+
+DECODERS = {"cached": greedy_ids, "uncached": uncached_greedy_ids}
+
+
+def _never_chosen(model):
+    """Bool `(V,)`: PAD and END, never chosen, so every output has the same length."""
+    vocabulary = ops.arange(model.vocabulary_size)
+    return ops.logical_or(vocabulary == model.pad_id, vocabulary == END_ID)
+
+
+def _most_likely(logits, never):
+    return ops.cast(ops.argmax(ops.where(never, -1e9, logits), axis=-1), "int32")  # (B,)
+
+
+def _write(ids, index, tokens):
+    """`ids` `(B, L)` with column `index` set to `tokens` `(B,)`."""
+    column = ops.arange(ops.shape(ids)[1]) == index  # (L,)
+    return ops.where(column[None, :], tokens[:, None], ids)
+
+
+def compiled_greedy(model, output_length, decoder="cached"):
+    """A `DECODERS` loop as one compiled function of source ids, for the current backend."""
+    decode = DECODERS[decoder]
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
@@ -86,13 +128,13 @@ def compiled_greedy(model, output_length):
         def run(values, source_ids):
             # Weights enter as arguments, not as constants baked into the program.
             with keras.StatelessScope(state_mapping=list(zip(model.variables, values))):
-                return greedy_ids(model, source_ids, output_length)
+                return decode(model, source_ids, output_length)
 
         values = [variable.value for variable in model.variables]
         return lambda source_ids: run(values, source_ids)
     if backend == "tensorflow":
         import tensorflow as tf
-        return tf.function(lambda source_ids: greedy_ids(model, source_ids, output_length),
+        return tf.function(lambda source_ids: decode(model, source_ids, output_length),
                            jit_compile=True)
     raise ValueError(f"benchmarks.portable_greedy runs on the jax and tensorflow backends, "
                      f"not {backend!r}: set KERAS_BACKEND.")
@@ -124,6 +166,15 @@ def measure(decode, sources, calls, output_length):
             "warmup_seconds": warmup_seconds}, ids
 
 
+def cached_over_uncached(rows):
+    """Tokens/s of cached over uncached decoding, per variant and batch, where both ran."""
+    speed = {(row["variant"], row["batch"], row["decoder"]): row["tokens_per_second"]
+             for row in rows}
+    return {f"{variant}_batch_{batch}": speed[(variant, batch, "cached")] / uncached
+            for (variant, batch, decoder), uncached in speed.items()
+            if decoder == "uncached" and (variant, batch, "cached") in speed}
+
+
 def build(model_config, policy):
     from keras_transformer.model import Transformer
     keras.config.set_dtype_policy(policy)
@@ -134,9 +185,9 @@ def build(model_config, policy):
     return model
 
 
-COLUMNS = [("variant", "variant"), ("batch", "batch"), ("seconds_per_call", "s/call"),
+COLUMNS = [("variant", "variant"), ("decoder", "decoder"), ("batch", "batch"), ("seconds_per_call", "s/call"),
            ("sentences_per_second", "sent/s"), ("tokens_per_second", "tok/s"),
-           ("warmup_seconds", "warm-up s")]
+           ("same_as_cached", "= cached"), ("warmup_seconds", "warm-up s")]
 
 
 def main(argv=None):
@@ -156,18 +207,28 @@ def main(argv=None):
     try:
         for variant in arguments.variants:
             model = build(model_config, variant)
-            decode = compiled_greedy(model, arguments.output_length)
             for batch in arguments.batch_sizes:
                 sources = random_sources(model_config.vocabulary_size, batch,
                                          arguments.source_length, seed=batch)
-                row, _ = measure(decode, sources, arguments.calls, arguments.output_length)
-                rows.append({"variant": variant, **row})
-                common.print_table(rows[-1:], COLUMNS)
+                outputs = {}
+                for decoder in arguments.decoders:
+                    decode = compiled_greedy(model, arguments.output_length, decoder)
+                    row, outputs[decoder] = measure(decode, sources, arguments.calls,
+                                                    arguments.output_length)
+                    rows.append({"variant": variant, "decoder": decoder, **row,
+                                 "same_as_cached": bool(np.array_equal(
+                                     outputs[decoder], outputs["cached"]))
+                                 if "cached" in outputs else None})
+                    common.print_table(rows[-1:], COLUMNS)
     finally:
         keras.config.set_dtype_policy(previous_policy)  # each variant set its own
     print()
     common.print_table(rows, COLUMNS)
-    result.update(rows=rows, peak_accelerator_memory_mb=mfu.accelerator_peak_memory_mb(),
+    ratios = cached_over_uncached(rows)
+    for key, value in ratios.items():
+        print(f"cached / uncached, {key}: {value:.1f}x")
+    result.update(rows=rows, cached_over_uncached=ratios,
+                  peak_accelerator_memory_mb=mfu.accelerator_peak_memory_mb(),
                   load_average_end=common.load_average())
     common.write_json(arguments.json, result)
     return result

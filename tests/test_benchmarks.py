@@ -158,11 +158,18 @@ def test_portable_greedy_decodes_as_the_cached_decoder_and_times_every_batch(tmp
     portable_greedy.main(["--preset", "paper_base", *MFU_TINY_MODEL, "--variants", "float32",
                           "--batch-sizes", "1", "3", "--source-length", "6",
                           "--output-length", "5", "--calls", "1", "--json", str(path)])
-    rows = json.loads(path.read_text())["rows"]
-    assert [row["batch"] for row in rows] == [1, 3]
+    result = json.loads(path.read_text())
+    rows = result["rows"]
+    assert [(row["batch"], row["decoder"]) for row in rows] == [
+        (1, "cached"), (1, "uncached"), (3, "cached"), (3, "uncached")]
     for row in rows:
+        assert row["same_as_cached"] is True
         assert row["tokens_per_second"] == pytest.approx(
             row["batch"] * 5 / row["seconds_per_call"])
+    speed = {(row["batch"], row["decoder"]): row["tokens_per_second"] for row in rows}
+    assert result["cached_over_uncached"] == pytest.approx({
+        f"float32_batch_{batch}": speed[(batch, "cached")] / speed[(batch, "uncached")]
+        for batch in (1, 3)})
 
     # The keras.ops loop against the shipped TensorFlow decoder, END forbidden in both.
     from keras_transformer import config as config_lib, decoding
@@ -170,11 +177,12 @@ def test_portable_greedy_decodes_as_the_cached_decoder_and_times_every_batch(tmp
                                        MFU_TINY_MODEL).model
     model = portable_greedy.build(model_config, "float32")
     sources = portable_greedy.random_sources(model_config.vocabulary_size, 3, 6, seed=1)
-    ids = portable_greedy.compiled_greedy(model, 5)(sources).numpy()
     expected = decoding.greedy_decode(decode_throughput.EndlessModel(model), sources,
                                       max_length=5, extra_length=None).ids.numpy()
-    assert ids.shape == (3, 5) and np.all(ids >= common.FIRST_ORDINARY_ID)
-    np.testing.assert_array_equal(ids, expected)
+    assert expected.shape == (3, 5) and np.all(expected >= common.FIRST_ORDINARY_ID)
+    for decoder in ("cached", "uncached"):
+        ids = portable_greedy.compiled_greedy(model, 5, decoder)(sources).numpy()
+        np.testing.assert_array_equal(ids, expected, err_msg=decoder)
 
 
 def test_cold_start_times_a_fresh_process(tmp_path):
