@@ -200,7 +200,7 @@ def main(argv=None):
     result = common.header(arguments)
     result.update(model_config=dataclasses.asdict(model_config), gpu_models=names)
     print(f"{arguments.preset} on {names[0] if names else 'no GPU'} "
-          f"(Keras backend {keras.backend.backend()}): cached greedy, sources of "
+          f"(Keras backend {keras.backend.backend()}): greedy, sources of "
           f"{arguments.source_length} tokens, outputs of {arguments.output_length}")
     rows = []
     previous_policy = keras.config.dtype_policy()
