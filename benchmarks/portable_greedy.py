@@ -10,7 +10,10 @@ and uncached (the whole prefix through `decode` per token, the tutorial's way). 
 PAD are never chosen, so every output has the same length, as in
 `benchmarks.decode_throughput`. Weights are a random initialisation: speed does not
 depend on them. On TensorFlow both loops' ids equal `decoding.greedy_decode`'s (a test
-checks this), so they do the work the shipped decoder does.
+checks this), so they do the work the shipped decoder does. On a GPU, JAX computes
+float32 matmuls in TF32 by default, and where the best logits nearly tie (random
+weights, a large vocabulary) the two loops' ids can differ;
+`JAX_DEFAULT_MATMUL_PRECISION=float32` makes them equal, and compiles and runs slower.
 
     KERAS_BACKEND=jax python -m benchmarks.portable_greedy      # on a GPU
     python -m benchmarks.portable_greedy --preset paper_base --batch-sizes 1 32 128 \
@@ -50,7 +53,8 @@ def parse_arguments(argv=None):
                         help="tokens of every source sentence (START and END included)")
     parser.add_argument("--output-length", type=int, default=50)
     parser.add_argument("--calls", type=int, default=5,
-                        help="timed calls per variant and batch size (after a warm-up)")
+                        help="timed calls per variant, decoder and batch size (after a "
+                             "warm-up)")
     parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
     arguments = parser.parse_args(argv)
     if any("=" in variant for variant in arguments.variants):
@@ -185,8 +189,9 @@ def build(model_config, policy):
     return model
 
 
-COLUMNS = [("variant", "variant"), ("decoder", "decoder"), ("batch", "batch"), ("seconds_per_call", "s/call"),
-           ("sentences_per_second", "sent/s"), ("tokens_per_second", "tok/s"),
+COLUMNS = [("variant", "variant"), ("decoder", "decoder"), ("batch", "batch"),
+           ("seconds_per_call", "s/call"), ("sentences_per_second", "sent/s"),
+           ("tokens_per_second", "tok/s"),
            ("same_as_cached", "= cached"), ("warmup_seconds", "warm-up s")]
 
 

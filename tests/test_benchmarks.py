@@ -153,7 +153,7 @@ def test_decode_throughput_runs_every_decoder(tmp_path):
     _check_decoding(result, list(decode_throughput.DECODERS), [2], 4)
 
 
-def test_portable_greedy_decodes_as_the_cached_decoder_and_times_every_batch(tmp_path):
+def test_portable_greedy_loops_decode_as_the_shipped_decoder_and_time_every_batch(tmp_path):
     path = tmp_path / "greedy.json"
     portable_greedy.main(["--preset", "paper_base", *MFU_TINY_MODEL, "--variants", "float32",
                           "--batch-sizes", "1", "3", "--source-length", "6",
