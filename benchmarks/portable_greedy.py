@@ -12,8 +12,9 @@ PAD are never chosen, so every output has the same length, as in
 depend on them. On TensorFlow both loops' ids equal `decoding.greedy_decode`'s (a test
 checks this), so they do the work the shipped decoder does. On a GPU, JAX computes
 float32 matmuls in TF32 by default, and where the best logits nearly tie (random
-weights, a large vocabulary) the two loops' ids can differ;
-`JAX_DEFAULT_MATMUL_PRECISION=float32` makes them equal, and compiles and runs slower.
+weights, a large vocabulary) the two loops' ids can differ. With
+`JAX_DEFAULT_MATMUL_PRECISION=float32` they were equal (`paper_base` at batch 32 on an
+H100, BENCHMARKS.md), at slower compilation and decoding.
 
     KERAS_BACKEND=jax python -m benchmarks.portable_greedy      # on a GPU
     python -m benchmarks.portable_greedy --preset paper_base --batch-sizes 1 32 128 \
