@@ -5,12 +5,14 @@ the machine's noise) and records, next to the numbers, the hardware, the load av
 and the command, so that a row of BENCHMARKS.md can be traced back to how it was made.
 """
 
+import contextlib
 import dataclasses
 import datetime
 import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -43,7 +45,7 @@ def machine():
              "cpu_features": [name for name in CPU_FEATURES if name in flags],
              "cores": os.cpu_count(), "python": platform.python_version(),
              "keras": keras.__version__, "keras_backend": keras.backend.backend()}
-    if facts["keras_backend"] == "jax":  # benchmarks.mfu runs there without TensorFlow
+    if facts["keras_backend"] == "jax":  # mfu and portable_greedy run there without TensorFlow
         import jax
         facts.update(jax=jax.__version__, gpus=[
             device.device_kind for device in jax.devices() if device.platform == "gpu"])
@@ -52,6 +54,43 @@ def machine():
         facts.update(tensorflow=tf.__version__, gpus=[
             device.name for device in tf.config.list_physical_devices("GPU")])
     return facts
+
+
+def gpu_names():
+    """Returns the GPU model names `nvidia-smi` reports (none without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    output = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                            capture_output=True, text=True, check=False).stdout
+    return [line.strip() for line in output.splitlines() if line.strip()]
+
+
+def accelerator_peak_memory_mb():
+    """The process's peak accelerator memory, or `None` without one."""
+    import keras
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+        stats = jax.devices()[0].memory_stats() or {}
+        peak = stats.get("peak_bytes_in_use")
+    elif backend == "tensorflow":
+        import tensorflow as tf
+        gpus = tf.config.list_logical_devices("GPU")
+        peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"] if gpus else None
+    else:
+        peak = None
+    return peak / 2**20 if peak is not None else None
+
+
+@contextlib.contextmanager
+def dtype_policy_restored():
+    """Puts Keras's global dtype policy back on exit, for scripts that set one per variant."""
+    import keras
+    previous = keras.config.dtype_policy()
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
 
 
 def describe_cpu(facts):

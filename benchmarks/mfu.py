@@ -29,9 +29,7 @@ import gzip
 import json
 import os
 import re
-import shutil
 import statistics
-import subprocess
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -78,15 +76,6 @@ def parse_arguments(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be a multiple of "
                          "--steps-per-execution (Keras runs whole executions).")
     return arguments
-
-
-def gpu_names():
-    """Returns the GPU model names `nvidia-smi` reports (none without it)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    output = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                            capture_output=True, text=True, check=False).stdout
-    return [line.strip() for line in output.splitlines() if line.strip()]
 
 
 def peak_tflops(names):
@@ -258,28 +247,12 @@ def device_kernel_times(directory, steps, top=15):
                         for family, us in total_us.most_common(top)]}
 
 
-def accelerator_peak_memory_mb():
-    """The process's peak accelerator memory (all variants together), or `None`."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-        stats = jax.devices()[0].memory_stats() or {}
-        peak = stats.get("peak_bytes_in_use")
-    elif backend == "tensorflow":
-        import tensorflow as tf
-        gpus = tf.config.list_logical_devices("GPU")
-        peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"] if gpus else None
-    else:
-        peak = None
-    return peak / 2**20 if peak is not None else None
-
-
 def main(argv=None):
     from keras_transformer import config as config_lib
     arguments = parse_arguments(argv)
     config = config_lib.override(config_lib.preset_config(arguments.preset),
                                  arguments.overrides)
-    names = gpu_names()
+    names = common.gpu_names()
     peak = arguments.peak_tflops or peak_tflops(names)
     flops_per_token = model_flops_per_target_token(config.model, arguments.length)
     result = common.header(arguments)
@@ -290,13 +263,10 @@ def main(argv=None):
           f"(Keras backend {keras.backend.backend()}; peak {peak} TFLOP/s); "
           f"{flops_per_token:.3e} model FLOPs per target token")
     rows = []
-    previous_policy = keras.config.dtype_policy()
-    try:
+    with common.dtype_policy_restored():  # each variant sets its own
         for variant in arguments.variants:
             rows.append(measure(variant, config, arguments, flops_per_token, peak))
             common.print_table(rows[-1:], COLUMNS)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)  # each variant set its own
     print()
     common.print_table(rows, COLUMNS)
     for row in rows:
@@ -310,7 +280,7 @@ def main(argv=None):
             common.print_table(kernels["kernels"], [
                 ("kernel", "kernel"), ("category", "category"), ("ms", "ms/step"),
                 ("calls", "calls/step")])
-    result.update(rows=rows, peak_accelerator_memory_mb=accelerator_peak_memory_mb(),
+    result.update(rows=rows, peak_accelerator_memory_mb=common.accelerator_peak_memory_mb(),
                   load_average_end=common.load_average())
     common.write_json(arguments.json, result)
     return result

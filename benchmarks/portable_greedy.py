@@ -197,20 +197,18 @@ COLUMNS = [("variant", "variant"), ("decoder", "decoder"), ("batch", "batch"),
 
 
 def main(argv=None):
-    from benchmarks import mfu
     from keras_transformer import config as config_lib
     arguments = parse_arguments(argv)
     model_config = config_lib.override(config_lib.preset_config(arguments.preset),
                                        arguments.overrides).model
-    names = mfu.gpu_names()
+    names = common.gpu_names()
     result = common.header(arguments)
     result.update(model_config=dataclasses.asdict(model_config), gpu_models=names)
     print(f"{arguments.preset} on {names[0] if names else 'no GPU'} "
           f"(Keras backend {keras.backend.backend()}): greedy, sources of "
           f"{arguments.source_length} tokens, outputs of {arguments.output_length}")
     rows = []
-    previous_policy = keras.config.dtype_policy()
-    try:
+    with common.dtype_policy_restored():  # each variant sets its own
         for variant in arguments.variants:
             model = build(model_config, variant)
             for batch in arguments.batch_sizes:
@@ -226,15 +224,13 @@ def main(argv=None):
                                      outputs[decoder], outputs["cached"]))
                                  if "cached" in outputs else None})
                     common.print_table(rows[-1:], COLUMNS)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)  # each variant set its own
     print()
     common.print_table(rows, COLUMNS)
     ratios = cached_over_uncached(rows)
     for key, value in ratios.items():
         print(f"cached / uncached, {key}: {value:.1f}x")
     result.update(rows=rows, cached_over_uncached=ratios,
-                  peak_accelerator_memory_mb=mfu.accelerator_peak_memory_mb(),
+                  peak_accelerator_memory_mb=common.accelerator_peak_memory_mb(),
                   load_average_end=common.load_average())
     common.write_json(arguments.json, result)
     return result
