@@ -175,8 +175,8 @@ PRESETS = {
         "data": dict(batch_tokens=25000),
     },
     # Small model for Multi30K (≈29k pairs): the best measured recipe (BENCHMARKS.md,
-    # the quality table; this preset: 39.6 and 40.6 BLEU en→de with two seeds, and 60.4
-    # en→fr, against 37.1 en→de with 100 epochs of 4,096-token batches). Model and
+    # the quality table; this preset: 39.6, 40.6 and 39.2 BLEU en→de with three seeds,
+    # and 60.4 en→fr, against 37.1 en→de with 100 epochs of 4,096-token batches). Model and
     # optimisation as the "Transformer-Tiny" of Wu et al. (ACL 2021), a text-only model
     # for Multi30K: 4+4 layers of width 128, dropout 0.3, 8,192-token updates (theirs:
     # 4,096 on each of 2 GPUs) for about 8,000 updates, and a peak learning rate of
