@@ -18,7 +18,7 @@ int32[B, L]` (decoder output, END and padding included) and `scores: float32[B]`
 the output tokens' log-probabilities). Any string is accepted: sources longer than the
 model's `max_length` are truncated (keeping room for START and END), and outputs stop
 at `min(source length + extra_length, max_length - 1, max_output_length)` tokens, so every
-call ends.
+call ends. A sentence without a token translates to an empty string, and no other does.
 """
 
 import functools

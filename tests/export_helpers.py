@@ -25,6 +25,18 @@ BAD_INPUTS = {
     "batch_of_0": [],
 }
 
+# Sentences without a piece, which must translate to nothing, beside ones with pieces,
+# which never may.
+EMPTY_AND_NOT = ["", "A dog runs.", "   ", "Two men play football in a park."]
+
+
+def check_only_empty_sentences_translate_to_nothing(outputs):
+    """Asserts the contract on a runner's outputs for `EMPTY_AND_NOT`."""
+    from keras_transformer.tokenizer import END_ID
+    ends_first = [bool(row[0] == END_ID) for row in outputs["token_ids"]]
+    assert ends_first == [True, False, True, False]
+    assert [outputs["translations"][i] for i in (0, 2)] == [b"", b""]
+
 
 def batch_of(count):
     """Returns `count` fixture validation sentences, repeating them as needed."""

@@ -158,6 +158,29 @@ def test_pad_is_never_emitted():
         decoding.greedy_decode(stub, padded([[5]])).ids.numpy(), [[7, END]])
 
 
+@pytest.mark.parametrize("decode", [decoding.greedy_decode, decoding.beam_search])
+def test_a_sentence_with_a_source_is_never_translated_to_nothing(decode):
+    # END first is the likeliest token and the one-token hypothesis: greedy decoding
+    # would pick it, and beam search too (log 0.6 beats log 0.4 / lp(2) at α 0.6).
+    stub = PrefixTreeModel({(5,): {END: 0.6, 7: 0.4}, (5, 7): {END: 1.0}})
+    decoded = decode(stub, padded([[5, 6, END]]))
+    np.testing.assert_array_equal(decoded.lengths.numpy(), [2])
+    np.testing.assert_array_equal(decoded.ids.numpy()[:, :2], [[7, END]])
+    # The score is the model's log-probability, not one renormalised without END.
+    np.testing.assert_allclose(decoded.scores.numpy(), np.log([0.4]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("decode", [decoding.greedy_decode, decoding.beam_search])
+def test_an_empty_source_is_translated_to_nothing_beside_others(decode):
+    # Source ids of an empty sentence are START, END; the model prefers 7 to END there.
+    stub = PrefixTreeModel({(START,): {7: 0.9, END: 0.1}, (START, 7): {END: 1.0},
+                            **sequence_tree(5, [9, END])})
+    decoded = decode(stub, padded([[START, END], [5, 6, END]]))
+    np.testing.assert_array_equal(decoded.lengths.numpy(), [1, 2])
+    np.testing.assert_array_equal(decoded.ids.numpy()[:, :2], [[END, PAD], [9, END]])
+    np.testing.assert_allclose(decoded.scores.numpy(), np.log([0.1, 0.9 ** 2]), rtol=1e-5)
+
+
 @pytest.mark.parametrize("decoder", ["greedy", "beam"])
 def test_batch_decodes_like_each_sentence_alone(decoder, request):
     decode = request.getfixturevalue(decoder)

@@ -10,7 +10,9 @@ import pytest
 
 from keras_transformer import export_checks, exporting, runtimes, self_check, translate
 from tests.conftest import REPOSITORY
-from tests.export_helpers import BAD_INPUTS, batch_of, tiny_export, validation_sentences
+from tests.export_helpers import (BAD_INPUTS, EMPTY_AND_NOT, batch_of,
+                                  check_only_empty_sentences_translate_to_nothing, tiny_export,
+                                  validation_sentences)
 
 CASES = {**BAD_INPUTS, "batch_of_512": None}
 ENVIRONMENT = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -39,6 +41,12 @@ def test_tflite_beam_signature_answers_every_bad_input(exported):
     beam = runtimes.TFLiteRunner(exported.tflite, runtimes.BEAM_SIGNATURE)
     for sentences in BAD_INPUTS.values():
         assert beam(sentences)["translations"].shape == (len(sentences),)
+
+
+@pytest.mark.parametrize("signature", [runtimes.GREEDY_SIGNATURE, runtimes.BEAM_SIGNATURE])
+def test_tflite_translates_only_empty_sentences_to_nothing(exported, signature):
+    runner = runtimes.TFLiteRunner(exported.tflite, signature)
+    check_only_empty_sentences_translate_to_nothing(runner(EMPTY_AND_NOT))
 
 
 def test_tflite_has_only_builtins_and_tf_text_custom_ops(exported):

@@ -12,7 +12,8 @@ import tensorflow as tf
 from keras_transformer import export_checks, runtimes
 from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
 from tests.conftest import REPOSITORY
-from tests.export_helpers import BAD_INPUTS, batch_of, tiny_export
+from tests.export_helpers import (BAD_INPUTS, EMPTY_AND_NOT, batch_of,
+                                  check_only_empty_sentences_translate_to_nothing, tiny_export)
 
 CASES = {**BAD_INPUTS, "batch_of_512": None}
 
@@ -93,6 +94,12 @@ def test_beam_signature_answers_every_bad_input(exported):
     beam = runtimes.SavedModelRunner(exported.saved_model, runtimes.BEAM_SIGNATURE)
     for sentences in BAD_INPUTS.values():
         _check_outputs(beam(sentences), sentences)
+
+
+@pytest.mark.parametrize("signature", [runtimes.GREEDY_SIGNATURE, runtimes.BEAM_SIGNATURE])
+def test_saved_model_translates_only_empty_sentences_to_nothing(exported, signature):
+    runner = runtimes.SavedModelRunner(exported.saved_model, signature)
+    check_only_empty_sentences_translate_to_nothing(runner(EMPTY_AND_NOT))
 
 
 def test_fresh_process_with_only_tensorflow_and_tf_text_translates(exported, tf2_runner):

@@ -15,8 +15,10 @@ Shape legend as in `common.py`; `K` is the beam size.
 import tensorflow as tf
 
 from keras_transformer.decoding.common import (END_ID, FORBIDDEN, PAD_ID, START_ID,
-                                               decoded, length_limits, log_probabilities,
-                                               while_loop, write_position)
+                                               constrain_first_token, decoded,
+                                               has_source, length_limits,
+                                               log_probabilities, while_loop,
+                                               write_position)
 
 
 def gnmt_length_penalty(length, alpha):
@@ -30,10 +32,10 @@ def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_lengt
     """Translates `source_ids` with beam search; returns the best hypothesis per sentence.
 
     The best hypothesis maximises log P(Y) / lp(Y). Hypotheses end at the end token or
-    at the sentence's length limit (as in `greedy_decode`). A sentence stops searching
-    once its worst finished hypothesis beats what any alive one could still reach (its
-    log-probability can only fall, and lp is largest at the length limit); the loop stops
-    when every sentence has.
+    at the sentence's length limit, and are never empty unless the source is (as in
+    `greedy_decode`). A sentence stops searching once its worst finished hypothesis
+    beats what any alive one could still reach (its log-probability can only fall, and
+    lp is largest at the length limit); the loop stops when every sentence has.
 
     Args:
         model: a `Transformer`, or any object with its `encode`, `init_cache`,
@@ -60,7 +62,9 @@ def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_lengt
     batch = tf.shape(source_ids)[0]
     # Encoder keys/values are projected once per sentence, then copied to its K beams.
     cache = _gather_rows(cache, tf.range(batch * beam_size) // beam_size)
-    search = _BeamSearch(model, beam_size, length_penalty, limits, end_id, pad_id)
+    nonempty = has_source(source_ids, start_id, end_id, pad_id)
+    search = _BeamSearch(model, beam_size, length_penalty, limits, nonempty, end_id,
+                         pad_id)
     steps, finished = search.run(cache, buffer_length, start_id)
     finished_tokens, finished_scores, finished_normalized = finished
     best = tf.range(batch) * beam_size  # (B,): finished beams are sorted, best first.
@@ -72,11 +76,15 @@ def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_lengt
 class _BeamSearch:
     """The loop of `beam_search`: one `step` per output position, fixed shapes."""
 
-    def __init__(self, model, beam_size, length_penalty, limits, end_id, pad_id):
+    def __init__(self, model, beam_size, length_penalty, limits, nonempty, end_id,
+                 pad_id):
         self.model = model
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.limits = limits  # (B,)
+        # Whether each hypothesis's sentence has a source, per row `b * K + k`.
+        self.nonempty = tf.gather(nonempty, tf.range(tf.size(nonempty) * beam_size)
+                                  // beam_size)  # (B*K,)
         self.end_id = end_id
         self.pad_id = pad_id
         self.batch = tf.shape(limits)[0]
@@ -109,7 +117,8 @@ class _BeamSearch:
     def step(self, index, alive_tokens, alive_scores, finished, cache):
         """Decodes position `index` for every alive hypothesis; returns the loop state."""
         logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index)
-        log_probs = log_probabilities(logits, self.pad_id)  # (B*K, V)
+        log_probs = constrain_first_token(log_probabilities(logits, self.pad_id), index,
+                                          self.nonempty, self.end_id)  # (B*K, V)
         vocabulary = tf.shape(log_probs)[1]
         candidates = tf.reshape(alive_scores, [-1, 1]) + log_probs  # (B*K, V)
         top_scores, top_indices = tf.math.top_k(
@@ -133,7 +142,8 @@ class _BeamSearch:
         entering = ended & (top_scores > FORBIDDEN / 2) & (length <= self.limits)[:, None]
         finished = self._merge(finished, top_tokens, top_scores, entering, length)
         worst_finished = finished[2][:, -1]  # (B,)
-        done = (length >= self.limits) | (
+        # Nothing alive is left when only forbidden tokens remain (an empty source).
+        done = (length >= self.limits) | (alive_scores[:, 0] <= FORBIDDEN / 2) | (
             worst_finished >= self._best_reachable(alive_scores[:, 0]))
         return length, alive_tokens, alive_scores, finished, done, cache
 

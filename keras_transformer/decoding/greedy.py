@@ -5,9 +5,11 @@ Shape legend as in `common.py`.
 
 import tensorflow as tf
 
-from keras_transformer.decoding.common import (END_ID, PAD_ID, START_ID, decoded,
-                                               length_limits, log_probabilities,
-                                               while_loop, write_position)
+from keras_transformer.decoding.common import (END_ID, PAD_ID, START_ID,
+                                               constrain_first_token, decoded,
+                                               has_source, length_limits,
+                                               log_probabilities, while_loop,
+                                               write_position)
 
 
 def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
@@ -17,7 +19,8 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
     Each step feeds one token to `model.decode_step`. A sentence stops at its end token
     (then emits `pad_id`) or at its length limit, `min(source length + extra_length,
     max_length, model.max_length - 1)`; the loop stops when every sentence has. The
-    padding token is never chosen.
+    padding token is never chosen, nor the end token first, unless the source is empty
+    (then it is the whole output; see `constrain_first_token`).
 
     Args:
         model: a `Transformer`, or any object with its `encode`, `init_cache`,
@@ -43,7 +46,9 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
     def step(tokens, index, cache):
         return model.decode_step(tokens[:, index], cache, index)  # (B, V), cache
 
-    ids, scores = _greedy_loop(step, cache, limits, buffer_length, start_id, end_id, pad_id)
+    nonempty = has_source(source_ids, start_id, end_id, pad_id)
+    ids, scores = _greedy_loop(step, cache, limits, nonempty, buffer_length, start_id,
+                               end_id, pad_id)
     return decoded(model, ids, scores, None, encoder_output, source_ids, start_id, pad_id,
                    return_attention)
 
@@ -67,15 +72,18 @@ def uncached_greedy_decode(model, source_ids, *, max_length=None, extra_length=5
                               training=False)  # (B, index + 1, V)
         return logits[:, -1, :], state
 
-    ids, scores = _greedy_loop(step, (), limits, buffer_length, start_id, end_id, pad_id)
+    nonempty = has_source(source_ids, start_id, end_id, pad_id)
+    ids, scores = _greedy_loop(step, (), limits, nonempty, buffer_length, start_id,
+                               end_id, pad_id)
     return decoded(model, ids, scores, None, encoder_output, source_ids, start_id, pad_id,
                    return_attention)
 
 
-def _greedy_loop(step, state, limits, buffer_length, start_id, end_id, pad_id):
+def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id, pad_id):
     """Runs `step(tokens, index, state) -> (logits, state)` greedily.
 
-    `tokens` is the `(B, C + 1)` buffer holding the start token and the outputs so far.
+    `tokens` is the `(B, C + 1)` buffer holding the start token and the outputs so far;
+    `nonempty` (bool `(B,)`) says which sentences have a source (`has_source`).
 
     Returns:
         `(ids, scores)`: int32 `(B, L)` outputs of the `L` steps run and float32 `(B,)`
@@ -94,7 +102,8 @@ def _greedy_loop(step, state, limits, buffer_length, start_id, end_id, pad_id):
 
     def decode_one(index, tokens, finished, scores, state):
         logits, state = step(tokens, index, state)  # (B, V)
-        log_probs = log_probabilities(logits, pad_id)  # (B, V)
+        log_probs = constrain_first_token(log_probabilities(logits, pad_id), index,
+                                          nonempty, end_id)  # (B, V)
         next_ids = tf.where(finished, pad_id,
                             tf.argmax(log_probs, axis=-1, output_type=tf.int32))  # (B,)
         scores += tf.where(finished, 0.0, tf.reduce_max(log_probs, axis=-1))
