@@ -8,7 +8,9 @@ The artifact is a SavedModel directory, a `.tflite` file or a run directory (its
 `export/saved_model`). Lines are read as bytes and handed to the artifact as they are
 (invalid UTF-8 included), so line `i` of the output is always the translation of line
 `i` of the input, empty lines included. Sentences are batched by length, which saves
-padding, and put back in input order.
+padding, and put back in input order. Long inputs are translated and written in chunks of
+`CHUNK_BATCHES` batches, so a run that is interrupted or fails keeps every chunk it
+finished, and says how many lines that is.
 """
 
 import argparse
@@ -26,6 +28,11 @@ def read_sentences(file):
     return [line.removesuffix(b"\r") for line in lines]
 
 
+# Batches per chunk: sorting by length within 64 batches saves nearly as much padding as
+# sorting the whole input, and a failure loses at most one chunk's work.
+CHUNK_BATCHES = 64
+
+
 def translate_sentences(runner, sentences, batch_size=32, progress=None):
     """Returns the translations (list of str) of `sentences`, in their order.
 
@@ -36,19 +43,33 @@ def translate_sentences(runner, sentences, batch_size=32, progress=None):
         progress: optional callable, given the number of sentences done after each
             batch.
     """
+    return [translation for chunk in translation_chunks(runner, sentences, batch_size,
+                                                       progress)
+            for translation in chunk]
+
+
+def translation_chunks(runner, sentences, batch_size=32, progress=None):
+    """Yields the translations of consecutive chunks of `sentences`, in input order.
+
+    Each chunk holds `CHUNK_BATCHES` batches of sentences (the last one fewer), batched
+    by length within the chunk. Arguments as `translate_sentences`.
+    """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-    results = [None] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        indices = order[start:start + batch_size]
-        texts = runtimes.translations(runner([sentences[i] for i in indices]))
-        for index, text in zip(indices, texts):
-            # One translation per line, whatever characters the detokenizer produced.
-            results[index] = " ".join(text.splitlines())
-        if progress:
-            progress(min(start + batch_size, len(order)))
-    return results
+    chunk_size = batch_size * CHUNK_BATCHES
+    for chunk_start in range(0, len(sentences), chunk_size):
+        chunk = sentences[chunk_start:chunk_start + chunk_size]
+        order = sorted(range(len(chunk)), key=lambda i: len(chunk[i]))
+        results = [None] * len(chunk)
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
+            texts = runtimes.translations(runner([chunk[i] for i in indices]))
+            for index, text in zip(indices, texts):
+                # One translation per line, whatever characters the detokenizer produced.
+                results[index] = " ".join(text.splitlines())
+            if progress:
+                progress(chunk_start + min(start + batch_size, len(order)))
+        yield results
 
 
 def _progress_bar(total):
@@ -90,15 +111,22 @@ def main(argv=None):
         sentences = read_sentences(sys.stdin.buffer)
     progress = (_progress_bar(len(sentences))
                 if args.input and sentences and not args.no_progress else None)
-    translations = translate_sentences(runner, sentences, args.batch_size, progress)
-    text = "".join(f"{translation}\n" for translation in translations)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as file:
-            file.write(text)
-    else:
-        # Bytes: the translations are UTF-8 whatever the terminal's locale says.
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.flush()
+    # Bytes: the translations are UTF-8 whatever the terminal's locale says.
+    with (open(args.output, "wb") if args.output
+          else contextlib.nullcontext(sys.stdout.buffer)) as output:
+        done = 0
+        try:
+            for chunk in translation_chunks(runner, sentences, args.batch_size, progress):
+                output.write("".join(f"{line}\n" for line in chunk).encode("utf-8"))
+                output.flush()
+                done += len(chunk)
+        except (Exception, KeyboardInterrupt) as error:
+            print(f"\nStopped after {done} of {len(sentences)} sentences: "
+                  f"{args.output or 'standard output'} holds the translations of the "
+                  f"first {done} lines.", file=sys.stderr)
+            if isinstance(error, KeyboardInterrupt):
+                return 130
+            raise
     return 0
 
 

@@ -97,6 +97,36 @@ def test_translate_sentences_keeps_input_order_and_one_line_each():
     assert done == [3, 4]
 
 
+@pytest.mark.parametrize("failure", [RuntimeError("decoder failed"), KeyboardInterrupt()])
+def test_translate_command_keeps_the_chunks_it_finished(tmp_path, monkeypatch, capsys,
+                                                       failure):
+    calls = []
+
+    def runner(batch):
+        calls.append(batch)
+        if len(calls) == 4:  # the second batch of the second chunk
+            raise failure
+        return {"translations": [b"<" + sentence + b">" for sentence in batch]}
+
+    monkeypatch.setattr(translate, "CHUNK_BATCHES", 2)
+    monkeypatch.setattr(runtimes, "open_runner", lambda artifact, beam: runner)
+    artifact = tmp_path / "saved_model"
+    artifact.mkdir()
+    (artifact / "saved_model.pb").touch()
+    source = tmp_path / "source.txt"
+    source.write_bytes(b"".join(b"s%d\n" % i for i in range(11)))
+    target = tmp_path / "target.txt"
+    arguments = [str(artifact), "--input", str(source), "--output", str(target),
+                 "--batch-size", "3", "--no-progress"]
+    if isinstance(failure, KeyboardInterrupt):
+        assert translate.main(arguments) == 130
+    else:
+        with pytest.raises(RuntimeError, match="decoder failed"):
+            translate.main(arguments)
+    assert target.read_bytes() == b"".join(b"<s%d>\n" % i for i in range(6))
+    assert "Stopped after 6 of 11 sentences" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("artifact", ["saved_model", "tflite"])
 def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, artifact):
     lines = [b"A dog runs.", b"", b"   ", b"\xff\xfe bad", b"\x00\x07",
