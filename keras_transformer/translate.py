@@ -72,7 +72,7 @@ def translation_chunks(runner, sentences, batch_size=32, progress=None):
         yield results
 
 
-def _progress_bar(total):
+def progress_bar(total):
     """Returns an update function for a Keras progress bar drawn on stderr."""
     import keras
 
@@ -109,7 +109,7 @@ def main(argv=None):
             sentences = read_sentences(file)
     else:
         sentences = read_sentences(sys.stdin.buffer)
-    progress = (_progress_bar(len(sentences))
+    progress = (progress_bar(len(sentences))
                 if args.input and sentences and not args.no_progress else None)
     # Bytes: the translations are UTF-8 whatever the terminal's locale says.
     with (open(args.output, "wb") if args.output

@@ -1,0 +1,161 @@
+"""Sequence-level knowledge distillation (Kim and Rush, 2016): a corpus for a student.
+
+    python -m keras_transformer.distillation TEACHER_RUN OUTPUT_DIR
+    python train.py --config TEACHER_RUN/config.json --data-dir OUTPUT_DIR \
+        --run-dir STUDENT_RUN --epochs 64
+
+A trained run, the teacher, translates the source side of its own training split with
+beam search, through its exported SavedModel (exported first if it has none). OUTPUT_DIR
+receives a Multi30K-layout corpus: the training split holds the original pairs followed
+by the same sources with the teacher's translations, so each pass sees every sentence
+twice; the validation and test splits are the original ones, so scores stay comparable.
+Half the teacher's epochs then give a student about the teacher's number of updates.
+
+The teacher's translations are written to OUTPUT_DIR/teacher.train.LANG as each chunk
+finishes; a run that is interrupted carries on from there when started again.
+"""
+
+import argparse
+import dataclasses
+import gzip
+import math
+import os
+import sys
+
+from keras_transformer import corpus, exported, runtimes, translate
+from keras_transformer.config import Config
+
+TEACHER_FILE = "teacher.train.{language}"
+
+
+def distill(teacher_run, output_dir, *, data_dir=None, beam=True, batch_size=64,
+            verbose=True):
+    """Writes the distilled corpus of `teacher_run` into `output_dir`.
+
+    Args:
+        teacher_run: str. A run directory trained on Multi30K.
+        output_dir: str. Where the corpus goes (created if missing).
+        data_dir: str. A local copy of Multi30K; defaults to the teacher's `data_dir`
+            (`None` there: downloaded as training does).
+        beam: bool. Translate with beam search (the teacher's exported settings) rather
+            than greedy decoding.
+        batch_size: int. Sentences per call.
+        verbose: bool. Show a progress bar and say what was written.
+
+    Returns:
+        The number of training pairs the teacher translated.
+
+    Raises:
+        ValueError: when the teacher was not trained on Multi30K.
+    """
+    config = Config.load(os.path.join(teacher_run, exported.CONFIG_FILE))
+    data = config.data
+    if data.corpus != "multi30k":
+        raise ValueError(
+            f"{teacher_run} was trained on corpus {data.corpus!r}; distillation writes "
+            "Multi30K's layout and reads only a run trained on corpus='multi30k'.")
+    if data_dir is not None:
+        data = dataclasses.replace(data, data_dir=data_dir)
+    source_path, target_path = corpus.corpus_files(data, "train")
+    sources = corpus.read_lines(source_path)
+    targets = corpus.read_lines(target_path)
+    if len(sources) != len(targets):
+        raise corpus.LineCountMismatchError(
+            f"{source_path} has {len(sources)} lines and {target_path} {len(targets)}.")
+    os.makedirs(output_dir, exist_ok=True)
+    teacher_path = os.path.join(output_dir,
+                                TEACHER_FILE.format(language=data.target_language))
+    translations = _translate_resumably(teacher_run, sources, teacher_path, beam,
+                                        batch_size, verbose)
+    stem = corpus.MULTI30K_SPLITS["train"]
+    _write_lines(os.path.join(output_dir, f"{stem}.{data.source_language}.gz"),
+                 sources + sources)
+    _write_lines(os.path.join(output_dir, f"{stem}.{data.target_language}.gz"),
+                 targets + translations)
+    for split in ("validation", "test"):
+        stem = corpus.MULTI30K_SPLITS[split]
+        for language, path in zip((data.source_language, data.target_language),
+                                  corpus.corpus_files(data, split)):
+            _write_lines(os.path.join(output_dir, f"{stem}.{language}.gz"),
+                         corpus.read_lines(path))
+    if verbose:
+        print(f"{output_dir}: {len(sources)} training pairs and as many translated by the "
+              "teacher, with the original validation and test splits. Train a student "
+              "with the teacher's settings and about its number of updates: python "
+              f"train.py --config {os.path.join(teacher_run, exported.CONFIG_FILE)} "
+              f"--data-dir {output_dir} --run-dir STUDENT_RUN "
+              f"--epochs {math.ceil(config.train.epochs / 2)}", flush=True)
+    return len(sources)
+
+
+def _translate_resumably(teacher_run, sources, path, beam, batch_size, verbose):
+    """Returns the teacher's translations of `sources`, continuing the file at `path`."""
+    done = _whole_lines(path)
+    if len(done) > len(sources):
+        raise ValueError(f"{path} holds {len(done)} translations for {len(sources)} "
+                         "training sentences: it belongs to another corpus; delete it.")
+    remaining = sources[len(done):]
+    if remaining:
+        if verbose and done:
+            print(f"{path} holds {len(done)} translations: translating the other "
+                  f"{len(remaining)}.", flush=True)
+        artifact = exported.resolve_artifact(teacher_run, export_if_missing=True,
+                                             verbose=verbose)
+        runner = runtimes.open_runner(artifact, beam=beam)
+        progress = None
+        if verbose:
+            update = translate.progress_bar(len(sources))
+            progress = lambda count: update(len(done) + count)  # noqa: E731
+        with open(path, "ab") as file:
+            for chunk in translate.translation_chunks(runner, remaining, batch_size,
+                                                      progress):
+                file.write("".join(f"{line}\n" for line in chunk).encode("utf-8"))
+                file.flush()
+                done.extend(chunk)
+    return done
+
+
+def _whole_lines(path):
+    """Returns the lines of `path` (none if it is missing), cutting off a partial last one."""
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as file:
+        data = file.read()
+    if data and not data.endswith(b"\n"):  # a write cut short: keep the whole lines
+        data = data[:data.rfind(b"\n") + 1]
+        with open(path, "wb") as file:
+            file.write(data)
+    return corpus.read_lines(path)
+
+
+def _write_lines(path, lines):
+    """Writes `lines` gzip-compressed, replacing `path` only once it is whole."""
+    partial = f"{path}.partial"
+    with gzip.open(partial, "wt", encoding="utf-8", newline="\n") as file:
+        file.writelines(f"{line}\n" for line in lines)
+    os.replace(partial, path)
+
+
+def main(argv=None):
+    """Command line; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_transformer.distillation",
+        description="Translate a run's training sources with the run (the teacher) and "
+                    "write a corpus for a student: the original pairs plus the teacher's.")
+    parser.add_argument("teacher_run", help="run directory of the teacher")
+    parser.add_argument("output_dir", help="where the distilled corpus goes")
+    parser.add_argument("--data-dir", help="local copy of Multi30K (default: the "
+                                           "teacher's data_dir, else downloaded)")
+    parser.add_argument("--greedy", action="store_true",
+                        help="greedy decoding instead of beam search")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per call")
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    distill(args.teacher_run, args.output_dir, data_dir=args.data_dir,
+            beam=not args.greedy, batch_size=args.batch_size)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Sequence-level distillation: the student's corpus, and carrying on after a failure."""
+
+import dataclasses
+import pathlib
+
+import pytest
+
+from keras_transformer import config as config_lib
+from keras_transformer import corpus, distillation, exported, runtimes, translate
+
+
+def teacher_translation(sentence):
+    return f"<{sentence}>"
+
+
+class Teacher:
+    """Stands in for the exported teacher; fails on call `fail_at` (1-based) if set."""
+
+    def __init__(self, fail_at=None):
+        self.fail_at = fail_at
+        self.translated = []
+
+    def __call__(self, batch):
+        if len(self.translated) + 1 == self.fail_at:
+            raise RuntimeError("the decoder failed")
+        self.translated.append(list(batch))
+        return {"translations": [teacher_translation(s).encode() for s in batch]}
+
+
+@pytest.fixture
+def teacher_run(tmp_path, fixture_corpus_dir):
+    run = tmp_path / "teacher"
+    saved_model = pathlib.Path(exported.run_saved_model(str(run)))
+    saved_model.mkdir(parents=True)
+    (saved_model / "saved_model.pb").touch()
+    preset = config_lib.preset_config("tiny")
+    config = dataclasses.replace(preset, data=dataclasses.replace(
+        preset.data, data_dir=str(fixture_corpus_dir)))
+    config.save(str(run / "config.json"))
+    return run
+
+
+def use_teacher(monkeypatch, teacher):
+    monkeypatch.setattr(runtimes, "open_runner", lambda artifact, beam: teacher)
+
+
+def test_student_corpus_is_the_original_pairs_then_the_teacher_translations(
+        teacher_run, tmp_path, fixture_corpus_dir, monkeypatch):
+    use_teacher(monkeypatch, Teacher())
+    output = tmp_path / "distilled"
+    count = distillation.distill(str(teacher_run), str(output), verbose=False)
+
+    sources = corpus.read_lines(fixture_corpus_dir / "train.en.gz")
+    targets = corpus.read_lines(fixture_corpus_dir / "train.de.gz")
+    assert count == len(sources) > 0
+    assert corpus.read_lines(output / "train.en.gz") == sources + sources
+    assert corpus.read_lines(output / "train.de.gz") == targets + [
+        teacher_translation(s) for s in sources]
+    for name in ("val.en.gz", "val.de.gz", "test_2016_flickr.en.gz",
+                 "test_2016_flickr.de.gz"):
+        assert corpus.read_lines(output / name) == corpus.read_lines(
+            fixture_corpus_dir / name)
+    # Training reads it as it reads Multi30K.
+    student_data = config_lib.DataConfig(data_dir=str(output))
+    pairs = corpus.load_split(student_data, "train", filter_pairs=False, verbose=False)
+    assert len(pairs) == 2 * len(sources)
+
+
+def test_distillation_carries_on_from_the_translations_a_failed_run_wrote(
+        teacher_run, tmp_path, fixture_corpus_dir, monkeypatch):
+    monkeypatch.setattr(translate, "CHUNK_BATCHES", 1)
+    output = tmp_path / "distilled"
+    use_teacher(monkeypatch, Teacher(fail_at=3))
+    with pytest.raises(RuntimeError, match="the decoder failed"):
+        distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
+    teacher_file = output / "teacher.train.de"
+    sources = corpus.read_lines(fixture_corpus_dir / "train.en.gz")
+    assert corpus.read_lines(teacher_file) == [teacher_translation(s) for s in sources[:8]]
+    assert not (output / "train.de.gz").exists()
+    with open(teacher_file, "ab") as file:
+        file.write(b"<a line cut sh")  # as a write interrupted mid-line leaves it
+
+    teacher = Teacher()
+    use_teacher(monkeypatch, teacher)
+    distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
+    assert sorted(sum(teacher.translated, [])) == sorted(sources[8:])  # by length per batch
+    assert corpus.read_lines(output / "train.de.gz")[len(sources):] == [
+        teacher_translation(s) for s in sources]
+
+
+def test_distillation_refuses_a_teacher_of_another_corpus(tmp_path):
+    run = tmp_path / "teacher"
+    run.mkdir()
+    preset = config_lib.preset_config("tiny")
+    dataclasses.replace(preset, data=dataclasses.replace(
+        preset.data, corpus="own", train_files=("a.en", "a.de"))).save(str(run / "config.json"))
+    with pytest.raises(ValueError, match="corpus='multi30k'"):
+        distillation.distill(str(run), str(tmp_path / "out"), verbose=False)
