@@ -104,8 +104,8 @@ def _translate_resumably(teacher_run, sources, path, beam, batch_size, verbose):
         runner = runtimes.open_runner(artifact, beam=beam)
         progress = None
         if verbose:
-            update = translate.progress_bar(len(sources))
-            progress = lambda count: update(len(done) + count)  # noqa: E731
+            update, already = translate.progress_bar(len(sources)), len(done)
+            progress = lambda count: update(already + count)  # noqa: E731
         with open(path, "ab") as file:
             for chunk in translate.translation_chunks(runner, remaining, batch_size,
                                                       progress):
