@@ -12,12 +12,15 @@ twice; the validation and test splits are the original ones, so scores stay comp
 Half the teacher's epochs then give a student about the teacher's number of updates.
 
 The teacher's translations are written to OUTPUT_DIR/teacher.train.LANG as each chunk
-finishes; a run that is interrupted carries on from there when started again.
+finishes; a run that is interrupted carries on from there when started again with the
+same teacher (its SavedModel's SHA-256 and the decoder are recorded beside the file).
 """
 
 import argparse
 import dataclasses
 import gzip
+import hashlib
+import json
 import math
 import os
 import sys
@@ -89,18 +92,34 @@ def distill(teacher_run, output_dir, *, data_dir=None, beam=True, batch_size=64,
 
 
 def _translate_resumably(teacher_run, sources, path, beam, batch_size, verbose):
-    """Returns the teacher's translations of `sources`, continuing the file at `path`."""
+    """Returns the teacher's translations of `sources`, continuing the file at `path`.
+
+    `path.teacher.json` records which artifact and decoder wrote the file, so that a
+    file from another teacher is refused rather than continued.
+    """
+    artifact = exported.resolve_artifact(teacher_run, export_if_missing=True,
+                                         verbose=verbose)
+    teacher = {"artifact_sha256": _tree_sha256(artifact), "beam": beam}
+    record = f"{path}.teacher.json"
     done = _whole_lines(path)
-    if len(done) > len(sources):
-        raise ValueError(f"{path} holds {len(done)} translations for {len(sources)} "
-                         "training sentences: it belongs to another corpus; delete it.")
+    if done:
+        written_by = None
+        if os.path.exists(record):
+            with open(record, encoding="utf-8") as file:
+                written_by = json.load(file)
+        if written_by != teacher or len(done) > len(sources):
+            raise ValueError(
+                f"{path} holds {len(done)} translations of another teacher, decoder or "
+                f"corpus than {artifact} (beam={beam}, {len(sources)} sentences): "
+                "delete it to translate from the start, or choose another OUTPUT_DIR.")
+    else:
+        with open(record, "w", encoding="utf-8") as file:
+            json.dump(teacher, file)
     remaining = sources[len(done):]
     if remaining:
         if verbose and done:
             print(f"{path} holds {len(done)} translations: translating the other "
                   f"{len(remaining)}.", flush=True)
-        artifact = exported.resolve_artifact(teacher_run, export_if_missing=True,
-                                             verbose=verbose)
         runner = runtimes.open_runner(artifact, beam=beam)
         progress = None
         if verbose:
@@ -113,6 +132,19 @@ def _translate_resumably(teacher_run, sources, path, beam, batch_size, verbose):
                 file.flush()
                 done.extend(chunk)
     return done
+
+
+def _tree_sha256(path):
+    """Returns the SHA-256 of every file under `path` (or of the file `path`), in order."""
+    paths = [path] if os.path.isfile(path) else sorted(
+        os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
+    digest = hashlib.sha256()
+    for file_path in paths:
+        digest.update(os.path.relpath(file_path, path).encode())
+        with open(file_path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def _whole_lines(path):
@@ -152,8 +184,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
-    distill(args.teacher_run, args.output_dir, data_dir=args.data_dir,
-            beam=not args.greedy, batch_size=args.batch_size)
+    try:
+        distill(args.teacher_run, args.output_dir, data_dir=args.data_dir,
+                beam=not args.greedy, batch_size=args.batch_size)
+    except (ValueError, FileNotFoundError) as error:  # bad arguments or files: no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

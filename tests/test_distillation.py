@@ -88,7 +88,20 @@ def test_distillation_carries_on_from_the_translations_a_failed_run_wrote(
         teacher_translation(s) for s in sources]
 
 
-def test_distillation_refuses_a_teacher_of_another_corpus(tmp_path):
+def test_distillation_refuses_to_continue_another_teachers_translations(
+        teacher_run, tmp_path, monkeypatch):
+    use_teacher(monkeypatch, Teacher())
+    output = tmp_path / "distilled"
+    distillation.distill(str(teacher_run), str(output), verbose=False)
+    with pytest.raises(ValueError, match="another teacher"):
+        distillation.distill(str(teacher_run), str(output), beam=False, verbose=False)
+    saved_model = pathlib.Path(exported.run_saved_model(str(teacher_run)))
+    (saved_model / "saved_model.pb").write_bytes(b"re-exported")
+    with pytest.raises(ValueError, match="another teacher"):
+        distillation.distill(str(teacher_run), str(output), verbose=False)
+
+
+def test_distillation_refuses_a_teacher_of_another_corpus(tmp_path, capsys):
     run = tmp_path / "teacher"
     run.mkdir()
     preset = config_lib.preset_config("tiny")
@@ -96,3 +109,6 @@ def test_distillation_refuses_a_teacher_of_another_corpus(tmp_path):
         preset.data, corpus="own", train_files=("a.en", "a.de"))).save(str(run / "config.json"))
     with pytest.raises(ValueError, match="corpus='multi30k'"):
         distillation.distill(str(run), str(tmp_path / "out"), verbose=False)
+    # The command says so in one line, without a traceback.
+    assert distillation.main([str(run), str(tmp_path / "out")]) == 2
+    assert "corpus='multi30k'" in capsys.readouterr().err
