@@ -59,28 +59,23 @@ def distill(teacher_run, output_dir, *, data_dir=None, beam=True, batch_size=64,
             "Multi30K's layout and reads only a run trained on corpus='multi30k'.")
     if data_dir is not None:
         data = dataclasses.replace(data, data_dir=data_dir)
-    source_path, target_path = corpus.corpus_files(data, "train")
-    sources = corpus.read_lines(source_path)
-    targets = corpus.read_lines(target_path)
-    if len(sources) != len(targets):
-        raise corpus.LineCountMismatchError(
-            f"{source_path} has {len(sources)} lines and {target_path} {len(targets)}.")
+    splits = {split: corpus.load_split(data, split, filter_pairs=False, verbose=False)
+              for split in corpus.MULTI30K_SPLITS}  # every line, as the files hold them
+    sources = list(splits["train"].source_lines)
     os.makedirs(output_dir, exist_ok=True)
     teacher_path = os.path.join(output_dir,
                                 TEACHER_FILE.format(language=data.target_language))
     translations = _translate_resumably(teacher_run, sources, teacher_path, beam,
                                         batch_size, verbose)
-    stem = corpus.MULTI30K_SPLITS["train"]
-    _write_lines(os.path.join(output_dir, f"{stem}.{data.source_language}.gz"),
-                 sources + sources)
-    _write_lines(os.path.join(output_dir, f"{stem}.{data.target_language}.gz"),
-                 targets + translations)
-    for split in ("validation", "test"):
+    for split, text in splits.items():
+        source_lines, target_lines = list(text.source_lines), list(text.target_lines)
+        if split == "train":  # the original pairs, then the teacher's
+            source_lines, target_lines = sources + sources, target_lines + translations
         stem = corpus.MULTI30K_SPLITS[split]
-        for language, path in zip((data.source_language, data.target_language),
-                                  corpus.corpus_files(data, split)):
-            _write_lines(os.path.join(output_dir, f"{stem}.{language}.gz"),
-                         corpus.read_lines(path))
+        _write_lines(os.path.join(output_dir, f"{stem}.{data.source_language}.gz"),
+                     source_lines)
+        _write_lines(os.path.join(output_dir, f"{stem}.{data.target_language}.gz"),
+                     target_lines)
     if verbose:
         print(f"{output_dir}: {len(sources)} training pairs and as many translated by the "
               "teacher, with the original validation and test splits. Train a student "

@@ -60,9 +60,11 @@ def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_lengt
     encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
     cache = model.init_cache(encoder_output, source_ids, buffer_length)
     batch = tf.shape(source_ids)[0]
-    # Encoder keys/values are projected once per sentence, then copied to its K beams.
-    cache = _gather_rows(cache, tf.range(batch * beam_size) // beam_size)
-    nonempty = has_source(source_ids, start_id, end_id, pad_id)
+    # Encoder keys/values are projected once per sentence, then copied to its K beams;
+    # so is whether the sentence has a source.
+    beam_rows = tf.range(batch * beam_size) // beam_size  # (B*K,)
+    cache = _gather_rows(cache, beam_rows)
+    nonempty = tf.gather(has_source(source_ids, start_id, end_id, pad_id), beam_rows)
     search = _BeamSearch(model, beam_size, length_penalty, limits, nonempty, end_id,
                          pad_id)
     steps, finished = search.run(cache, buffer_length, start_id)
@@ -82,9 +84,7 @@ class _BeamSearch:
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.limits = limits  # (B,)
-        # Whether each hypothesis's sentence has a source, per row `b * K + k`.
-        self.nonempty = tf.gather(nonempty, tf.range(tf.size(nonempty) * beam_size)
-                                  // beam_size)  # (B*K,)
+        self.nonempty = nonempty  # (B*K,): whether row `b * K + k`'s sentence has a source
         self.end_id = end_id
         self.pad_id = pad_id
         self.batch = tf.shape(limits)[0]
