@@ -197,8 +197,11 @@ class TimeBudget(keras.callbacks.Callback):
     Checked after every batch, so the overshoot is at most one step plus the end of the
     epoch that Keras then finishes (validation and the epoch-end callbacks such as BLEU):
     a stopped run ends like a finished one, with its final checkpoint and weights. Time
-    spent in callbacks counts. The clock starts with each `fit`, so a resumed run gets a
-    fresh budget.
+    spent in callbacks counts. Checked again at each epoch's end, so that when that
+    epoch's validation and callbacks spend what was left, no further epoch begins (one
+    would run a single batch and then repeat all of that work); put it after the
+    callbacks whose epoch-end work counts. The clock starts with each `fit`, so a
+    resumed run gets a fresh budget.
 
     Args:
         minutes: float. The budget; must be positive.
@@ -217,12 +220,18 @@ class TimeBudget(keras.callbacks.Callback):
         self.stopped_at_step = None
 
     def on_train_batch_end(self, batch, logs=None):
+        self._stop_if_spent("finishing this epoch and stopping")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._stop_if_spent("stopping after this epoch")
+
+    def _stop_if_spent(self, what_follows):
         if self.stopped_at_step is None and self.elapsed_minutes() >= self.minutes:
             self.model.stop_training = True
             self.stopped_at_step = int(keras.ops.convert_to_numpy(
                 self.model.optimizer.iterations))
             print(f"\nTime budget of {self.minutes:g} min reached at weight update "
-                  f"{self.stopped_at_step}: finishing this epoch and stopping.", flush=True)
+                  f"{self.stopped_at_step}: {what_follows}.", flush=True)
 
     def elapsed_minutes(self):
         """Minutes since training began (0 before it has)."""

@@ -121,7 +121,9 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_step
     summaries come from our StepSummaries, epoch-level ones from Keras's TensorBoard.
     Only the chief of a worker cluster writes checkpoints and logs. The backup comes
     before any callback that may stop training at an epoch's end, and the end of the
-    epoch it resumes after every callback (see `backup.ResumedEpochEnd`).
+    epoch it resumes after every callback (see `backup.ResumedEpochEnd`). The time
+    budget comes after the `extra` callbacks, so that the time their epoch-end work
+    takes (BLEU on validation sentences) counts toward stopping at that epoch's end.
 
     Args:
         train_config: `TrainConfig`.
@@ -142,7 +144,9 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_step
             raise ValueError("train.time_budget_minutes works on one machine only; in a "
                              "worker cluster, limit the run with train.epochs or "
                              "train.steps_per_epoch instead.")
-        callbacks.append(callbacks_lib.TimeBudget(train_config.time_budget_minutes))
+        budget = [callbacks_lib.TimeBudget(train_config.time_budget_minutes)]
+    else:
+        budget = []
     if train_config.cooldown_fraction:
         if schedule is None:
             raise ValueError("train.cooldown_fraction needs the optimizer's schedule "
@@ -166,7 +170,7 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_step
             callbacks_lib.StepSummaries(os.path.join(log_dir, "train"),
                                         train_config.log_every_steps),
             keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=False)]
-    return callbacks + list(extra) + [backup.resumed_epoch_end()]
+    return callbacks + list(extra) + budget + [backup.resumed_epoch_end()]
 
 
 def make_translation_callbacks(train_config, run_dir, validation_text):

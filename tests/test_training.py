@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+from keras_transformer import backup as backup_lib
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
 from keras_transformer import runs, training
@@ -347,6 +348,30 @@ def test_time_budget_stops_after_the_batch_that_exceeds_it(monkeypatch):
                         verbose=0)
     assert budget.stopped_at_step == 4 and int(model.optimizer.iterations) == 4
     assert len(history.epoch) == 1  # the epoch ends, and no other begins
+
+
+def test_time_budget_spent_by_an_epoch_end_begins_no_other_epoch(monkeypatch):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(), "mse")
+    clock = iter(range(0, 10_000, 30))  # every reading of the clock is 30 s later
+    monkeypatch.setattr(callbacks_lib.time, "monotonic", lambda: next(clock))
+    # Begins at 0 s; the 10 batches of an epoch end at 30–300 s, the epoch at 330 s.
+    budget = callbacks_lib.TimeBudget(minutes=315 / 60)
+    features, targets = np.ones((40, 2)), np.ones((40, 1))
+    history = model.fit(features, targets, batch_size=4, epochs=3, callbacks=[budget],
+                        verbose=0)
+    assert budget.stopped_at_step == 10 and int(model.optimizer.iterations) == 10
+    assert len(history.epoch) == 1
+
+
+def test_the_time_budget_counts_the_epoch_end_work_of_the_extra_callbacks():
+    """The BLEU callback comes among the extras: the budget checks after its work."""
+    extra = keras.callbacks.Callback()
+    callbacks = training.make_callbacks(config_lib.TrainConfig(time_budget_minutes=5),
+                                        "unused", [extra])
+    kinds = [type(callback) for callback in callbacks]
+    assert (callbacks.index(extra) < kinds.index(callbacks_lib.TimeBudget)
+            < kinds.index(backup_lib.ResumedEpochEnd))
 
 
 def test_time_budget_is_refused_in_a_worker_cluster(monkeypatch):
