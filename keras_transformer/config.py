@@ -200,8 +200,9 @@ PRESETS = {
         "data": dict(batch_tokens=8192),
     },
     # The same model and optimiser bounded by 60 minutes of training, with 4,096-token
-    # batches, which make more updates in the hour, and dropout 0.2: the 0.3 chosen for
-    # 127 epochs is too strong for the ≈40 that a 2-core CPU trains in the hour. 37.9
+    # batches, which make more updates in the hour, and dropout 0.2: the 127-epoch
+    # preset's 0.3 (Wu et al.'s) is too strong for the ≈40 epochs that a 2-core CPU
+    # trains in the hour. 37.9
     # and 37.8 BLEU en→de in the hour with seeds 0 and 1, against 34.9 and 31.2 with
     # dropout 0.3 (BENCHMARKS.md, the quality table's twenty-eighth, twenty-seventh,
     # twenty-fourth and twenty-fifth rows). The cooldown spans the last 12 minutes,
