@@ -201,11 +201,10 @@ PRESETS = {
     },
     # The same model and optimiser bounded by 60 minutes of training, with 4,096-token
     # batches, which make more updates in the hour, and dropout 0.2: the 127-epoch
-    # preset's 0.3 (Wu et al.'s) is too strong for the ≈40 epochs that a 2-core CPU
-    # trains in the hour. 37.9
-    # and 37.8 BLEU en→de in the hour with seeds 0 and 1, against 34.9 and 31.2 with
-    # dropout 0.3 (BENCHMARKS.md, the quality table's twenty-eighth, twenty-seventh,
-    # twenty-fourth and twenty-fifth rows). The cooldown spans the last 12 minutes,
+    # preset's 0.3 (Wu et al.'s) is too strong for the 40–45 epochs that a 2-core CPU
+    # trains in the hour. 37.9, 37.8 and 37.0 BLEU en→de in the hour with three seeds,
+    # against 34.9, 31.2 and 32.3 with dropout 0.3 (BENCHMARKS.md, the quality table's
+    # twenty-fourth to twenty-ninth rows). The cooldown spans the last 12 minutes,
     # however many updates the hardware makes in them; the epoch count only has to be
     # out of the budget's way.
     "multi30k_hour": {
