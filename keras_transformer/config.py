@@ -201,7 +201,7 @@ PRESETS = {
     },
     # The same model and optimiser bounded by 60 minutes of training, with 4,096-token
     # batches, which make more updates in the hour, and dropout 0.2: the 127-epoch
-    # preset's 0.3 (Wu et al.'s) is too strong for the 40–45 epochs that a 2-core CPU
+    # preset's 0.3 (Wu et al.'s) is too strong for the 40–44 epochs that a 2-core CPU
     # trains in the hour. 37.9, 37.8 and 37.0 BLEU en→de in the hour with three seeds,
     # against 34.9, 31.2 and 32.3 with dropout 0.3 (BENCHMARKS.md, the quality table's
     # twenty-fourth to twenty-ninth rows). The cooldown spans the last 12 minutes,
