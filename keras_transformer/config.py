@@ -203,9 +203,9 @@ PRESETS = {
     # batches, which make more updates in the hour, and dropout 0.1: the 127-epoch
     # preset's 0.3 (Wu et al.'s) is too strong for the 40–45 epochs that a 2-core CPU
     # trains in the hour. En→de BLEU in the hour (BENCHMARKS.md, the quality table's
-    # twenty-fourth to thirty-first rows), with seeds 0 and 2: 39.1 and 37.9 with dropout
-    # 0.1, 37.9 and 37.0 with 0.2, 34.9 and 32.3 with 0.3 (seeds 1: 37.8 with 0.2, 31.2
-    # with 0.3; unmeasured with 0.1).
+    # twenty-fourth to thirty-second rows), with seeds 0, 1 and 2: 39.1, 38.4 and 37.9
+    # with dropout 0.1 (a mean of 38.5), 37.9, 37.8 and 37.0 with 0.2 (37.6), 34.9, 31.2
+    # and 32.3 with 0.3 (32.8).
     # The cooldown spans the last 12 minutes, however many updates the hardware makes in
     # them; the epoch count only has to be out of the budget's way.
     "multi30k_hour": {
