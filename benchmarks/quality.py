@@ -164,8 +164,10 @@ def table_row(result):
     config, record, scores = result["config"], result["training"], result["scores"]
     data = config["data"]
     machine = result["machine"]
-    hardware = (", ".join(machine["gpus"]) if machine["gpus"] and result["device"] != "cpu"
-                else common.describe_cpu(machine))
+    # A training made elsewhere (`benchmarks.portable_training`) names its own hardware.
+    hardware = record.get("hardware") or (
+        ", ".join(machine["gpus"]) if machine["gpus"] and result["device"] != "cpu"
+        else common.describe_cpu(machine))
     recipe = f"`{result['command']}`"
     training_text = (f"{record['minutes']:.1f} min, {record['updates']:,} updates, "
                      f"{record['epochs']} epochs")

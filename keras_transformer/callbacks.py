@@ -10,7 +10,6 @@ import re
 import time
 
 import keras
-import tensorflow as tf
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)\.weights\.h5$")
 
@@ -76,6 +75,10 @@ class StepSummaries(keras.callbacks.Callback):
         self._last_step = None
 
     def on_train_begin(self, logs=None):
+        # Imported here: the other callbacks serve training on any Keras backend
+        # (`benchmarks.portable_training`), this one writes TensorFlow's event files.
+        import tensorflow as tf
+        self._summary = tf.summary
         self._writer = tf.summary.create_file_writer(self.log_dir)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -86,7 +89,7 @@ class StepSummaries(keras.callbacks.Callback):
         self._last_step = step
         with self._writer.as_default(step=step):
             for name, value in logs.items():
-                tf.summary.scalar(f"batch_{name}", value)
+                self._summary.scalar(f"batch_{name}", value)
 
     def on_train_end(self, logs=None):
         self._writer.close()

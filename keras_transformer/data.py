@@ -15,6 +15,9 @@ Public API:
     - `tokenize_split(parallel_text, tokenizer, *, max_length, nbest=1) -> TokenizedPairs` and
       `batch_pairs(pairs, *, batch_tokens, max_length, ...) -> tf.data.Dataset`, the two
       halves of `make_dataset`, and `batches_per_pass(pairs, ...) -> int`.
+    - `pass_batch_indices(pairs, *, batch_tokens, max_length, pass_index, seed)
+      -> (indices, shapes)`: one pass's batches as pair indices, for training outside
+      TensorFlow on the same batches.
     - `bucket_boundaries(max_length)`, `bucket_lengths(boundaries, max_length)` and
       `bucket_batch_sizes(boundaries, max_length, batch_tokens)`.
 
@@ -315,28 +318,13 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
 
     def one_pass(pass_index):
         rows = (pairs.source_ids, pairs.target_ids, pairs.targets)
-        if shuffle:
-            pass_seed = tf.stack([tf.cast(seed, tf.int64), pass_index])
-            pair_seed, batch_seed = tf.unstack(
-                tf.random.experimental.stateless_split(pass_seed, num=2))
-            order = tf.random.experimental.stateless_shuffle(
-                tf.range(tf.size(buckets, tf.int64)), seed=pair_seed)
-            if pairs.candidates is not None:
-                # A stream of its own: the pairs are visited as without sampling.
-                rows = _sample_segmentations(
-                    pairs.candidates, subword_alpha,
-                    tf.random.experimental.stateless_fold_in(pass_seed, SAMPLING_STREAM))
-        else:
-            order = tf.range(tf.size(buckets, tf.int64))
-        batches = _group_by_bucket(order, buckets, batch_sizes)  # (batches, None) indices
-        if shuffle:
-            # Each bucket has a partial batch. When they all came at the end of a pass
-            # (as `bucket_by_sequence_length` emits them), dozens of small batches in a
-            # row, each a full-size Adam step on a few sentences, took the model on
-            # Multi30K from 12.4 BLEU to 1.2 at every epoch's end.
-            batches = _drop_small_partial_batches(batches, buckets, batch_sizes)
-            batches = tf.gather(batches, tf.random.experimental.stateless_shuffle(
-                tf.range(batches.nrows()), seed=batch_seed))
+        pass_seed = _pass_seed(seed, pass_index)
+        if shuffle and pairs.candidates is not None:
+            # A stream of its own: the pairs are visited as without sampling.
+            rows = _sample_segmentations(
+                pairs.candidates, subword_alpha,
+                tf.random.experimental.stateless_fold_in(pass_seed, SAMPLING_STREAM))
+        batches = _batches_of_pass(buckets, batch_sizes, pass_seed, shuffle)
         return tf.data.Dataset.from_tensor_slices(batches).map(
             _gather_padded(rows, buckets, shapes), num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True)
@@ -376,6 +364,78 @@ def batches_per_pass(pairs, *, batch_tokens, max_length, shuffle=True):
     minimum = [MIN_PARTIAL_BATCH_FILL * size if shuffle else 1 for size in batch_sizes]
     return int(sum(count // size + (count % size >= max(least, 1))
                    for count, size, least in zip(counts, batch_sizes, minimum)))
+
+
+def pass_batch_indices(pairs, *, batch_tokens, max_length, pass_index=0, seed=0,
+                       shuffle=True):
+    """The batches of one pass of `batch_pairs`, as pair indices and padded shapes.
+
+    For training outside TensorFlow (`benchmarks.portable_training`): gathering the rows
+    of `pairs` at these indices and padding them to these shapes gives the batches that
+    `batch_pairs(pairs, ..., seed=seed, repeat=True, pad_to_bucket=True)` makes of pass
+    `pass_index`, in the same order.
+
+    Args:
+        pairs: `TokenizedPairs` without segmentation candidates (with subword sampling
+            each pass draws new rows, which indices alone cannot say).
+        batch_tokens: int. Token budget per batch and side.
+        max_length: int. The model's `max_length`.
+        pass_index: int. The pass, numbered from 0.
+        seed: int. Seed of the permutations.
+        shuffle: bool. As for `batch_pairs` (False: the evaluation order, every pair).
+
+    Returns:
+        `(batches, shapes)`: a list of int64 arrays of pair indices, one per batch, and an
+        int64 array `(batches, 2)` of each batch's padded rows and length (its bucket's).
+    """
+    if pairs.candidates is not None:
+        raise ValueError("pass_batch_indices cannot describe passes with subword sampling "
+                         "(DataConfig.subword_nbest > 1): each pass draws new rows.")
+    boundaries = bucket_boundaries(max_length)
+    batch_sizes = bucket_batch_sizes(boundaries, max_length, batch_tokens)
+    buckets = _buckets(pairs, boundaries)
+    batches = _batches_of_pass(tf.constant(buckets, tf.int64),
+                               tf.constant(batch_sizes, tf.int64),
+                               _pass_seed(seed, pass_index), shuffle)
+    indices = [row.numpy() for row in batches]
+    lengths = bucket_lengths(boundaries, max_length)
+    shapes = np.array([(batch_sizes[buckets[row[0]]], lengths[buckets[row[0]]])
+                       for row in indices], np.int64).reshape(-1, 2)
+    return indices, shapes
+
+
+def _pass_seed(seed, pass_index):
+    """The stateless seed `(seed, pass)` from which a pass draws its permutations."""
+    return tf.stack([tf.cast(seed, tf.int64), tf.cast(pass_index, tf.int64)])
+
+
+def _batches_of_pass(buckets, batch_sizes, pass_seed, shuffle):
+    """Pair indices of each batch of one pass: int64 `tf.RaggedTensor` `(batches, None)`.
+
+    Args:
+        buckets: int64 `(N,)`, the bucket of each pair (see `_buckets`).
+        batch_sizes: int64 `(buckets,)`, pairs per full batch in each bucket.
+        pass_seed: int64 `(2,)`, from `_pass_seed`.
+        shuffle: bool. Permute pairs and batches and leave out small partial batches
+            (see `batch_pairs`); if not, keep the pairs' order and every pair.
+    """
+    count = tf.size(buckets, tf.int64)
+    if shuffle:
+        pair_seed, batch_seed = tf.unstack(
+            tf.random.experimental.stateless_split(pass_seed, num=2))
+        order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=pair_seed)
+    else:
+        order = tf.range(count)
+    batches = _group_by_bucket(order, buckets, batch_sizes)  # (batches, None) indices
+    if shuffle:
+        # Each bucket has a partial batch. When they all came at the end of a pass
+        # (as `bucket_by_sequence_length` emits them), dozens of small batches in a
+        # row, each a full-size Adam step on a few sentences, took the model on
+        # Multi30K from 12.4 BLEU to 1.2 at every epoch's end.
+        batches = _drop_small_partial_batches(batches, buckets, batch_sizes)
+        batches = tf.gather(batches, tf.random.experimental.stateless_shuffle(
+            tf.range(batches.nrows()), seed=batch_seed))
+    return batches
 
 
 def _buckets(pairs, boundaries):

@@ -1,0 +1,357 @@
+"""Train a recipe on any Keras backend, on the very batches of TensorFlow's pipeline.
+
+For a GPU machine without TensorFlow (one with JAX alone), where `benchmarks.quality`
+cannot train: the run is cut in three steps, the first and the last on a machine with
+TensorFlow, which tokenizes the text and exports and scores the model.
+
+    # 1. With TensorFlow: RUN_DIR gets the tokenizer and config.json as `train.py` writes
+    #    them; BUNDLE (a few MB) the config, the initial weights and every batch of
+    #    every pass as pair indices.
+    python -m benchmarks.portable_training prepare --data-dir ../shared/data/multi30k \\
+        --run-dir runs/quality-gpu --bundle bundle [FIELD=VALUE ...]
+    # 2. On the accelerator, any backend: `model.fit` on those batches; OUT gets the
+    #    newest checkpoints (weights only) and a record of the training.
+    KERAS_BACKEND=jax python -m benchmarks.portable_training train --bundle bundle --out OUT
+    # 3. With TensorFlow: the checkpoints and record into RUN_DIR; then `quality` averages,
+    #    exports and scores them as it does its own runs (it skips a finished training).
+    python -m benchmarks.portable_training collect --run-dir runs/quality-gpu --trained OUT
+    python -m benchmarks.quality --data-dir ../shared/data/multi30k --run-dir runs/quality-gpu
+
+Kept from `training.train`: the config, the initial weights (built here from the
+config's seed, as `training.train` builds them), the batches and their order
+(`data.pass_batch_indices`, each padded to its bucket's shape as under `jit_compile`),
+the label-smoothed loss, Adam with the warmup schedule and its cooldown, and the rolling
+checkpoints. Not kept: the random dropout masks and the arithmetic (the backend's own);
+validation each epoch and the BLEU callback (the validation loss is computed once, at
+the end), the resumable backup, TensorBoard logs, subword sampling and mixed precision.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from keras_transformer import callbacks as callbacks_lib  # noqa: E402
+from keras_transformer import config as config_lib  # noqa: E402
+from keras_transformer import runs  # noqa: E402
+
+BUNDLE_CONFIG = "config.json"
+BUNDLE_INFO = "bundle.json"
+BUNDLE_BATCHES = "batches.npz"
+INITIAL_WEIGHTS = "initial.weights.h5"
+TRAINED_RECORD = "training.json"
+TRAINED_CHECKPOINTS = "checkpoints"
+ROW_NAMES = ("source_ids", "target_ids", "targets")
+
+
+def parse_arguments(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.portable_training",
+        description=__doc__.split("\n")[0])
+    steps = parser.add_subparsers(dest="step", required=True)
+    prepare = steps.add_parser("prepare", help="tokenizer, config, initial weights and "
+                                               "batches (needs TensorFlow)")
+    prepare.add_argument("--preset", default=config_lib.DEFAULT_PRESET,
+                         choices=sorted(config_lib.PRESETS))
+    prepare.add_argument("--data-dir", default=None, metavar="DIR",
+                         help="local Multi30K directory (default: download)")
+    prepare.add_argument("--run-dir", required=True, metavar="DIR",
+                         help="new run directory, scored later by benchmarks.quality")
+    prepare.add_argument("--bundle", required=True, metavar="DIR",
+                         help="new directory for what the training step needs")
+    prepare.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
+                         help="config overrides, as train.py takes them")
+    train = steps.add_parser("train", help="model.fit on the bundle's batches (any backend)")
+    train.add_argument("--bundle", required=True, metavar="DIR")
+    train.add_argument("--out", required=True, metavar="DIR",
+                       help="where the newest checkpoints (weights only) and the record go")
+    train.add_argument("--pad", choices=("largest", "bucket"), default="largest",
+                       help="pad every batch to the largest batch's shape (one XLA "
+                            "compilation; default) or to its bucket's (one per bucket)")
+    train.add_argument("--minutes", type=float, default=None,
+                       help="stop after this many minutes of training even if the epochs "
+                            "are not done (the record says so); default: no limit")
+    collect = steps.add_parser("collect", help="the trained checkpoints into the run "
+                                               "directory, for benchmarks.quality")
+    collect.add_argument("--run-dir", required=True, metavar="DIR")
+    collect.add_argument("--trained", required=True, metavar="DIR",
+                         help="the --out directory of the train step")
+    return parser.parse_args(argv)
+
+
+def prepare(arguments):
+    """Writes the run directory's tokenizer and config, and the bundle."""
+    from keras_transformer import corpus, data, training
+    config = config_lib.override(config_lib.preset_config(arguments.preset),
+                                 arguments.overrides)
+    if arguments.data_dir is not None:
+        config = dataclasses.replace(
+            config, data=dataclasses.replace(config.data, data_dir=arguments.data_dir))
+    if config.data.subword_nbest > 1:
+        raise SystemExit("error: subword sampling (subword_nbest > 1) draws new batches "
+                         "in every pass, which a bundle cannot hold: set subword_nbest=1")
+    _check_precision(config)
+    for path in (arguments.run_dir, arguments.bundle):
+        if os.path.exists(path):
+            raise SystemExit(f"error: {path} exists: give a new directory")
+    splits = {split: corpus.load_split(config.data, split)
+              for split in ("train", "validation")}
+    config, tokenizer = training.prepare_run_dir(config, arguments.run_dir, splits["train"])
+    os.makedirs(arguments.bundle)
+    config.save(os.path.join(arguments.bundle, BUNDLE_CONFIG))
+    keras.utils.set_random_seed(config.train.seed)  # as training.train, before building
+    runs.build_model(config).save_weights(os.path.join(arguments.bundle, INITIAL_WEIGHTS))
+
+    options = dict(batch_tokens=config.data.batch_tokens, max_length=config.model.max_length)
+    arrays = {}
+    train_pairs = data.tokenize_split(splits["train"], tokenizer,
+                                      max_length=config.model.max_length)
+    steps_per_epoch = (config.train.steps_per_epoch
+                       or data.batches_per_pass(train_pairs, **options))
+    total_steps = config.train.epochs * steps_per_epoch
+    print(f"Writing the {total_steps:,} batches of {config.train.epochs} epochs...",
+          flush=True)
+    arrays.update(_split_arrays("train", train_pairs, data, total_steps, shuffle=True,
+                                seed=config.data.seed, options=options))
+    validation_pairs = data.tokenize_split(splits["validation"], tokenizer,
+                                           max_length=config.model.max_length)
+    validation_steps = data.batches_per_pass(validation_pairs, shuffle=False, **options)
+    arrays.update(_split_arrays("validation", validation_pairs, data, validation_steps,
+                                shuffle=False, seed=config.data.seed, options=options))
+    np.savez_compressed(os.path.join(arguments.bundle, BUNDLE_BATCHES), **arrays)
+    info = {"steps_per_epoch": steps_per_epoch, "epochs": config.train.epochs,
+            "total_steps": total_steps, "validation_steps": validation_steps,
+            "run_dir": arguments.run_dir, **common.header(arguments)}
+    common.write_json(os.path.join(arguments.bundle, BUNDLE_INFO), info)
+    print(f"Wrote {arguments.bundle} for {arguments.run_dir}: {total_steps:,} training "
+          f"batches ({steps_per_epoch} per epoch), {validation_steps} validation batches.")
+
+
+def _split_arrays(split, pairs, data, steps, *, shuffle, seed, options):
+    """The token ids of a split and its first `steps` batches (pass after pass)."""
+    arrays = {}
+    for name in ROW_NAMES:
+        ragged = getattr(pairs, name)
+        arrays[f"{split}_{name}_values"] = ragged.values.numpy().astype(np.int32)
+        arrays[f"{split}_{name}_splits"] = ragged.row_splits.numpy().astype(np.int64)
+    indices, shapes = [], []
+    progress = keras.utils.Progbar(steps, unit_name="batch")
+    pass_index = 0
+    while len(indices) < steps:
+        batches, batch_shapes = data.pass_batch_indices(
+            pairs, pass_index=pass_index, seed=seed, shuffle=shuffle, **options)
+        indices += batches
+        shapes.append(batch_shapes)
+        pass_index += 1
+        progress.update(min(len(indices), steps))
+    indices = indices[:steps]
+    arrays[f"{split}_batch_pairs"] = np.concatenate(indices).astype(np.int32)
+    arrays[f"{split}_batch_splits"] = np.cumsum([0] + [len(batch) for batch in indices])
+    arrays[f"{split}_batch_shapes"] = np.concatenate(shapes)[:steps]
+    return arrays
+
+
+def _check_precision(config):
+    if config.train.mixed_precision not in (None, "float32"):
+        raise SystemExit("error: portable training runs in float32; mixed_precision="
+                         f"{config.train.mixed_precision!r} is not supported here")
+
+
+class BundleBatches:
+    """The batches of one split of a bundle, as `(inputs, targets, loss_weights)` arrays.
+
+    Args:
+        arrays: the bundle's arrays (`batches.npz`).
+        split: `"train"` or `"validation"`.
+        pad_id: int. The padding id.
+        shape: `(rows, length)` to pad every batch to, at least `largest_shape()`; None
+            pads each to its bucket's shape, as `data.batch_pairs(pad_to_bucket=True)`.
+    """
+
+    def __init__(self, arrays, split, pad_id, shape=None):
+        self.rows = [(arrays[f"{split}_{name}_values"], arrays[f"{split}_{name}_splits"])
+                     for name in ROW_NAMES]
+        self.pairs = arrays[f"{split}_batch_pairs"]
+        self.splits = arrays[f"{split}_batch_splits"]
+        self.shapes = arrays[f"{split}_batch_shapes"]
+        self.pad_id = pad_id
+        self.shape = shape
+
+    def __len__(self):
+        return len(self.shapes)
+
+    def largest_shape(self):
+        """The most rows and the longest length of any batch: one shape that fits all."""
+        return tuple(int(value) for value in self.shapes.max(axis=0))
+
+    def __getitem__(self, index):
+        pairs = self.pairs[self.splits[index]:self.splits[index + 1]]
+        size, length = (int(value) for value in (self.shape or self.shapes[index]))
+        positions = np.arange(length)
+        padded = []
+        for values, row_splits in self.rows:
+            starts = row_splits[pairs]
+            inside = positions < (row_splits[pairs + 1] - starts)[:, None]  # (B, L)
+            ids = values[np.where(inside, starts[:, None] + positions, 0)]
+            matrix = np.full((size, length), self.pad_id, np.int32)
+            matrix[:len(pairs)] = np.where(inside, ids, self.pad_id)
+            padded.append(matrix)
+        source_ids, target_ids, targets = padded
+        return ({"source_ids": source_ids, "target_ids": target_ids}, targets,
+                (targets != self.pad_id).astype(np.float32))
+
+    def stream(self):
+        """Every batch once, in order: what `model.fit` consumes over all its epochs."""
+        for index in range(len(self)):
+            yield self[index]
+
+
+def train(arguments):
+    """Fits the bundle's model on its batches; writes checkpoints and a record to --out."""
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.optimizer import make_optimizer, make_schedule
+    result = common.header(arguments)
+    config = config_lib.Config.load(os.path.join(arguments.bundle, BUNDLE_CONFIG))
+    _check_precision(config)
+    with open(os.path.join(arguments.bundle, BUNDLE_INFO), encoding="utf-8") as file:
+        info = json.load(file)
+    arrays = dict(np.load(os.path.join(arguments.bundle, BUNDLE_BATCHES)))
+    keras.utils.set_random_seed(config.train.seed)
+    model = runs.build_model(config)
+    runs.load_weights(model, os.path.join(arguments.bundle, INITIAL_WEIGHTS))
+    schedule = make_schedule(config.train, model.hidden_dim)
+    model.compile(
+        optimizer=make_optimizer(config.train, schedule=schedule),
+        loss=LabelSmoothedCrossEntropy(config.train.label_smoothing, pad_id=model.pad_id),
+        # JAX always compiles; TensorFlow as the config says.
+        jit_compile=keras.backend.backend() == "jax" or bool(config.train.jit_compile))
+    training_batches = BundleBatches(arrays, "train", model.pad_id)
+    validation_batches = BundleBatches(arrays, "validation", model.pad_id)
+    if arguments.pad == "largest":
+        # XLA compiles the step once per input shape: on an H100 the multi30k preset's
+        # 17 bucket shapes took its first epoch to 402 s (≈24 s a compilation), the
+        # next epochs 1.2–2.1 s each. With one shape the step also computes padding rows
+        # and positions (loss weight 0 and masked, so the updates are the same): for
+        # that preset 819 × 35 ids per side against a budget of 8,192.
+        for batches in (training_batches, validation_batches):
+            batches.shape = batches.largest_shape()
+
+    work_dir = tempfile.mkdtemp(prefix="portable-training-")
+    checkpoint_dir = os.path.join(work_dir, "checkpoints")
+    epoch_times = EpochTimes()
+    callbacks = [callbacks_lib.TerminateOnNonFiniteLoss(checkpoint_dir), epoch_times]
+    if config.train.cooldown_fraction:
+        callbacks.append(callbacks_lib.LearningRateCooldown(
+            schedule, config.train.cooldown_fraction, total_steps=info["total_steps"]))
+    callbacks.append(callbacks_lib.RollingCheckpoint(
+        checkpoint_dir, config.train.checkpoint_every_steps, config.train.keep_checkpoints))
+    budget = callbacks_lib.TimeBudget(arguments.minutes) if arguments.minutes else None
+    callbacks += [budget] if budget else []
+
+    start = time.monotonic()
+    history = model.fit(training_batches.stream(), epochs=info["epochs"],
+                        steps_per_epoch=info["steps_per_epoch"], callbacks=callbacks,
+                        shuffle=False, verbose=2)  # the batches come in their order
+    minutes = (time.monotonic() - start) / 60
+    validation_loss = model.evaluate(validation_batches.stream(),
+                                     steps=len(validation_batches), verbose=0)
+    os.makedirs(os.path.join(arguments.out, TRAINED_CHECKPOINTS), exist_ok=True)
+    kept = callbacks_lib.list_checkpoints(checkpoint_dir)
+    for path in kept:
+        # The training checkpoints hold Adam's moments too (3× the weights); averaging
+        # and export read the weights alone.
+        weights_only = runs.build_model(config)
+        runs.load_weights(weights_only, path)
+        weights_only.save_weights(os.path.join(arguments.out, TRAINED_CHECKPOINTS,
+                                               os.path.basename(path)))
+    shutil.rmtree(work_dir, ignore_errors=True)
+    updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    result.update(
+        config=json.loads(config.to_json()), bundle=info, minutes=minutes,
+        epochs=len(history.epoch), updates=updates,
+        finished=updates == info["total_steps"],
+        parameters=int(model.count_params()), final_loss=history.history["loss"][-1],
+        final_val_loss=float(validation_loss), epoch_seconds=epoch_times.seconds,
+        gpu_models=common.gpu_names(), checkpoints=[os.path.basename(p) for p in kept],
+        accelerator_peak_memory_mb=common.accelerator_peak_memory_mb(),
+        load_average_end=common.load_average())
+    common.write_json(os.path.join(arguments.out, TRAINED_RECORD), result)
+    print(f"Trained {updates:,} of {info['total_steps']:,} updates in {minutes:.1f} min; "
+          f"final loss {result['final_loss']:.3f}, validation loss {validation_loss:.3f}; "
+          f"{len(kept)} checkpoints in {arguments.out}")
+
+
+class EpochTimes(keras.callbacks.Callback):
+    """Records the wall-clock seconds of every epoch (the first holds the compilations)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+        self._start = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(round(time.monotonic() - self._start, 3))
+
+
+def collect(arguments):
+    """Puts a trained bundle's checkpoints and record where `benchmarks.quality` reads them."""
+    from benchmarks import quality
+    with open(os.path.join(arguments.trained, TRAINED_RECORD), encoding="utf-8") as file:
+        trained = json.load(file)
+    config_path = os.path.join(arguments.run_dir, runs.CONFIG)
+    if not os.path.exists(config_path):
+        raise SystemExit(f"error: {config_path} is missing: collect into the --run-dir "
+                         "that `prepare` wrote")
+    saved = json.loads(config_lib.Config.load(config_path).to_json())
+    if saved != trained["config"]:
+        raise SystemExit(f"error: {arguments.trained} was trained with another config "
+                         f"than {config_path}: collect into the run directory its bundle "
+                         "was prepared for")
+    if not trained["finished"]:
+        print(f"warning: the training stopped at update {trained['updates']:,} of "
+              f"{trained['bundle']['total_steps']:,} (--minutes); scoring what it made",
+              flush=True)
+    checkpoint_dir = os.path.join(arguments.run_dir, runs.CHECKPOINTS)
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    for name in trained["checkpoints"]:
+        shutil.copy2(os.path.join(arguments.trained, TRAINED_CHECKPOINTS, name),
+                     os.path.join(checkpoint_dir, name))
+    machine = trained["machine"]
+    gpus = trained["gpu_models"] or machine.get("gpus") or []
+    backend = machine["keras_backend"]
+    versions = f"Keras {machine['keras']}, " + (
+        f"JAX {machine['jax']}" if backend == "jax" else f"{backend} backend")
+    record = {"minutes": trained["minutes"], "epochs": trained["epochs"],
+              "updates": trained["updates"], "parameters": trained["parameters"],
+              "final_loss": trained["final_loss"],
+              "final_val_loss": trained["final_val_loss"],
+              "hardware": f"{', '.join(gpus) or common.describe_cpu(machine)} ({versions})",
+              "trained_by": trained["command"]}
+    common.write_json(os.path.join(arguments.run_dir, quality.TRAINING_RECORD), record)
+    common.write_json(os.path.join(arguments.run_dir, TRAINED_RECORD), trained)
+    print(f"Collected {len(trained['checkpoints'])} checkpoints into {checkpoint_dir}; "
+          f"score them with python -m benchmarks.quality --run-dir {arguments.run_dir} "
+          "(and the --data-dir, --preset and overrides of prepare)")
+
+
+def main(argv=None):
+    arguments = parse_arguments(argv)
+    {"prepare": prepare, "train": train, "collect": collect}[arguments.step](arguments)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Training outside TensorFlow on TensorFlow's batches: prepare, train, collect."""
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from benchmarks import portable_training, quality
+from keras_transformer import averaging, corpus, data, runs
+from keras_transformer import config as config_lib
+from keras_transformer import tokenizer as tokenizer_lib
+
+OVERRIDES = ["epochs=3", "checkpoint_every_steps=4", "num_layers=1"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, fixture_corpus_dir):
+    """A bundle and its run directory for the tiny preset on the fixture corpus."""
+    root = tmp_path_factory.mktemp("portable")
+    run_dir, bundle = root / "run", root / "bundle"
+    portable_training.main(["prepare", "--preset", "tiny", "--data-dir",
+                            str(fixture_corpus_dir), "--run-dir", str(run_dir),
+                            "--bundle", str(bundle), *OVERRIDES])
+    return run_dir, bundle
+
+
+def load_bundle(bundle):
+    with open(bundle / portable_training.BUNDLE_INFO, encoding="utf-8") as file:
+        info = json.load(file)
+    return info, dict(np.load(bundle / portable_training.BUNDLE_BATCHES))
+
+
+def test_bundle_batches_are_the_pipelines_batches(prepared):
+    run_dir, bundle = prepared
+    config = config_lib.Config.load(run_dir / runs.CONFIG)
+    info, arrays = load_bundle(bundle)
+    assert info["total_steps"] == config.train.epochs * info["steps_per_epoch"]
+    pairs = data.tokenize_split(corpus.load_split(config.data, "train"),
+                                tokenizer_lib.Tokenizer.load(run_dir / runs.TOKENIZER),
+                                max_length=config.model.max_length, verbose=False)
+    stream = data.batch_pairs(pairs, batch_tokens=config.data.batch_tokens,
+                              max_length=config.model.max_length, seed=config.data.seed,
+                              repeat=True, pad_to_bucket=True)
+    by_bucket = portable_training.BundleBatches(arrays, "train", config.model.pad_id)
+    by_largest = portable_training.BundleBatches(arrays, "train", config.model.pad_id)
+    by_largest.shape = by_largest.largest_shape()
+    assert len(by_bucket) == info["total_steps"]  # three passes: each pass differs
+    for index, expected in enumerate(stream.take(len(by_bucket)).as_numpy_iterator()):
+        bucket_batch, largest_batch = by_bucket[index], by_largest[index]
+        for name in ("source_ids", "target_ids"):
+            np.testing.assert_array_equal(bucket_batch[0][name], expected[0][name])
+        np.testing.assert_array_equal(bucket_batch[1], expected[1])
+        np.testing.assert_array_equal(bucket_batch[2], expected[2])
+        # The larger shape holds the same batch and nothing but padding around it.
+        rows, length = expected[1].shape
+        assert largest_batch[1].shape == by_largest.shape
+        np.testing.assert_array_equal(largest_batch[1][:rows, :length], expected[1])
+        assert not largest_batch[1][rows:].any() and not largest_batch[1][:, length:].any()
+        assert largest_batch[2].sum() == expected[2].sum()
+
+
+def test_trains_every_update_and_collects_a_run_that_quality_scores(prepared, tmp_path):
+    run_dir, bundle = prepared
+    info, _ = load_bundle(bundle)
+    out = tmp_path / "trained"
+    portable_training.main(["train", "--bundle", str(bundle), "--out", str(out)])
+    with open(out / portable_training.TRAINED_RECORD, encoding="utf-8") as file:
+        trained = json.load(file)
+    # Keras took every batch of the stream once, over all the epochs.
+    assert trained["updates"] == info["total_steps"] and trained["finished"]
+    assert trained["epochs"] == 3 and len(trained["epoch_seconds"]) == 3
+    assert np.isfinite(trained["final_val_loss"])
+
+    portable_training.main(["collect", "--run-dir", str(run_dir), "--trained", str(out)])
+    checkpoints = sorted(os.listdir(run_dir / runs.CHECKPOINTS))
+    assert checkpoints == trained["checkpoints"]
+    assert checkpoints[-1] == f"step-{info['total_steps']:08d}.weights.h5"
+    # Weights alone: a training checkpoint holds Adam's moments too, 2× the weights.
+    with h5py.File(run_dir / runs.CHECKPOINTS / checkpoints[-1], "r") as file:
+        assert "optimizer" not in file and "encoder" in file
+    config = config_lib.Config.load(run_dir / runs.CONFIG)
+    averaged = averaging.average_run(str(run_dir), last=2)
+    assert os.path.exists(averaged)
+
+    # benchmarks.quality takes the training as finished and names its hardware.
+    record = quality.train_once(None, str(run_dir))
+    assert record["updates"] == info["total_steps"]
+    assert "Keras" in record["hardware"]
+    row = quality.table_row({
+        "config": json.loads(config.to_json()), "training": record, "device": "auto",
+        "machine": {"gpus": [], "cpu": "some CPU", "cores": 2}, "command": "quality",
+        "date": "2026-01-01T00:00:00", "note": "",
+        "scores": {"beam": {"bleu": {"score": 1.0}, "chrf": {"score": 2.0}},
+                   "greedy": {"bleu": {"score": 3.0}}}})
+    assert f"| {record['hardware']} |" in row and "some CPU" not in row
+
+
+def test_collect_refuses_a_training_of_another_config(prepared, tmp_path):
+    run_dir, _ = prepared
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    other = config_lib.override(config_lib.preset_config("tiny"), ["dropout=0.5"])
+    (trained / portable_training.TRAINED_RECORD).write_text(
+        json.dumps({"config": json.loads(other.to_json())}), encoding="utf-8")
+    with pytest.raises(SystemExit, match="trained with another config"):
+        portable_training.main(["collect", "--run-dir", str(run_dir),
+                                "--trained", str(trained)])
+
+
+def test_prepare_refuses_subword_sampling_and_an_existing_directory(tmp_path,
+                                                                   fixture_corpus_dir):
+    common = ["prepare", "--preset", "tiny", "--data-dir", str(fixture_corpus_dir),
+              "--bundle", str(tmp_path / "bundle")]
+    with pytest.raises(SystemExit, match="subword_nbest=1"):
+        portable_training.main([*common, "--run-dir", str(tmp_path / "a"),
+                                "subword_nbest=4"])
+    (tmp_path / "b").mkdir()
+    with pytest.raises(SystemExit, match="exists"):
+        portable_training.main([*common, "--run-dir", str(tmp_path / "b")])
