@@ -263,8 +263,7 @@ def train(arguments):
                         steps_per_epoch=info["steps_per_epoch"], callbacks=callbacks,
                         shuffle=False, verbose=2)  # the batches come in their order
     minutes = (time.monotonic() - start) / 60
-    validation_loss = model.evaluate(validation_batches.stream(),
-                                     steps=len(validation_batches), verbose=0)
+    validation_loss = token_mean_loss(model, validation_batches)
     os.makedirs(os.path.join(arguments.out, TRAINED_CHECKPOINTS), exist_ok=True)
     kept = callbacks_lib.list_checkpoints(checkpoint_dir)
     for path in kept:
@@ -289,6 +288,20 @@ def train(arguments):
     print(f"Trained {updates:,} of {info['total_steps']:,} updates in {minutes:.1f} min; "
           f"final loss {result['final_loss']:.3f}, validation loss {validation_loss:.3f}; "
           f"{len(kept)} checkpoints in {arguments.out}")
+
+
+def token_mean_loss(model, batches):
+    """The loss per target token over all `batches`, whatever their padding.
+
+    `model.evaluate` averages the batches' losses weighted by their rows, padding rows
+    included, so its value would depend on how the batches are padded.
+    """
+    total = tokens = 0.0
+    for inputs, targets, weights in batches.stream():
+        count = float(weights.sum())
+        total += float(model.test_on_batch(inputs, targets, sample_weight=weights)) * count
+        tokens += count
+    return total / tokens
 
 
 class EpochTimes(keras.callbacks.Callback):

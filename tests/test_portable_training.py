@@ -11,6 +11,7 @@ from benchmarks import portable_training, quality
 from keras_transformer import averaging, corpus, data, runs
 from keras_transformer import config as config_lib
 from keras_transformer import tokenizer as tokenizer_lib
+from keras_transformer.losses import LabelSmoothedCrossEntropy
 
 OVERRIDES = ["epochs=3", "checkpoint_every_steps=4", "num_layers=1"]
 
@@ -119,3 +120,31 @@ def test_prepare_refuses_subword_sampling_and_an_existing_directory(tmp_path,
     (tmp_path / "b").mkdir()
     with pytest.raises(SystemExit, match="exists"):
         portable_training.main([*common, "--run-dir", str(tmp_path / "b")])
+
+
+def test_validation_loss_is_the_mean_per_target_token_whatever_the_padding(prepared):
+    run_dir, bundle = prepared
+    config = config_lib.Config.load(run_dir / runs.CONFIG)
+    _, arrays = load_bundle(bundle)
+    model = runs.build_model(config)
+    smoothing = config.train.label_smoothing
+    model.compile(loss=LabelSmoothedCrossEntropy(smoothing, pad_id=model.pad_id))
+    by_bucket = portable_training.BundleBatches(arrays, "validation", model.pad_id)
+    by_largest = portable_training.BundleBatches(arrays, "validation", model.pad_id)
+    by_largest.shape = by_largest.largest_shape()
+
+    # NumPy: smoothed cross-entropy of every real target token, then their plain mean.
+    losses = []
+    for inputs, targets, weights in by_bucket.stream():
+        logits = np.asarray(model(inputs, training=False), np.float64)  # (B, T, V)
+        log_probs = logits - logits.max(-1, keepdims=True)
+        log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+        vocabulary = logits.shape[-1]
+        labels = np.eye(vocabulary)[targets] * (1 - smoothing) + smoothing / vocabulary
+        losses.append(-(labels * log_probs).sum(-1)[weights > 0])
+    expected = np.concatenate(losses).mean()
+
+    assert portable_training.token_mean_loss(model, by_bucket) == pytest.approx(expected,
+                                                                                rel=1e-4)
+    assert portable_training.token_mean_loss(model, by_largest) == pytest.approx(expected,
+                                                                                 rel=1e-4)
