@@ -5,12 +5,13 @@ cannot train: the run is cut in three steps, the first and the last on a machine
 TensorFlow, which tokenizes the text and exports and scores the model.
 
     # 1. With TensorFlow: RUN_DIR gets the tokenizer and config.json as `train.py` writes
-    #    them; BUNDLE (a few MB) the config, the initial weights and every batch of
-    #    every pass as pair indices.
+    #    them; BUNDLE (21 MB for the multi30k preset) the config, the initial weights and
+    #    every batch of every pass as pair indices.
     python -m benchmarks.portable_training prepare --data-dir ../shared/data/multi30k \\
         --run-dir runs/quality-gpu --bundle bundle [FIELD=VALUE ...]
     # 2. On the accelerator, any backend: `model.fit` on those batches; OUT gets the
-    #    newest checkpoints (weights only) and a record of the training.
+    #    newest checkpoints (weights only) and a record of the training when it ends
+    #    (under a time limit, give `--minutes` so that it ends in time).
     KERAS_BACKEND=jax python -m benchmarks.portable_training train --bundle bundle --out OUT
     # 3. With TensorFlow: the checkpoints and record into RUN_DIR; then `quality` averages,
     #    exports and scores them as it does its own runs (it skips a finished training).
@@ -19,8 +20,9 @@ TensorFlow, which tokenizes the text and exports and scores the model.
 
 Kept from `training.train`: the config, the initial weights (built here from the
 config's seed, as `training.train` builds them), the batches and their order
-(`data.pass_batch_indices`, each padded to its bucket's shape as under `jit_compile`),
-the label-smoothed loss, Adam with the warmup schedule and its cooldown, and the rolling
+(`data.pass_batch_indices`; padded to one shape that fits them all, or with `--pad
+bucket` to their bucket's, with ids of loss weight 0 that attention masks), the
+label-smoothed loss, Adam with the warmup schedule and its cooldown, and the rolling
 checkpoints. Not kept: the random dropout masks and the arithmetic (the backend's own);
 validation each epoch and the BLEU callback (the validation loss is computed once, at
 the end), the resumable backup, TensorBoard logs, subword sampling and mixed precision.
