@@ -33,22 +33,27 @@ def load_bundle(bundle):
     return info, dict(np.load(bundle / portable_training.BUNDLE_BATCHES))
 
 
-def test_bundle_batches_are_the_pipelines_batches(prepared):
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_bundle_batches_are_the_pipelines_batches(prepared, split):
     run_dir, bundle = prepared
     config = config_lib.Config.load(run_dir / runs.CONFIG)
     info, arrays = load_bundle(bundle)
     assert info["total_steps"] == config.train.epochs * info["steps_per_epoch"]
-    pairs = data.tokenize_split(corpus.load_split(config.data, "train"),
+    pairs = data.tokenize_split(corpus.load_split(config.data, split),
                                 tokenizer_lib.Tokenizer.load(run_dir / runs.TOKENIZER),
                                 max_length=config.model.max_length, verbose=False)
+    training = split == "train"
     stream = data.batch_pairs(pairs, batch_tokens=config.data.batch_tokens,
                               max_length=config.model.max_length, seed=config.data.seed,
-                              repeat=True, pad_to_bucket=True)
-    by_bucket = portable_training.BundleBatches(arrays, "train", config.model.pad_id)
-    by_largest = portable_training.BundleBatches(arrays, "train", config.model.pad_id)
+                              shuffle=training, repeat=training, pad_to_bucket=True)
+    by_bucket = portable_training.BundleBatches(arrays, split, config.model.pad_id)
+    by_largest = portable_training.BundleBatches(arrays, split, config.model.pad_id)
     by_largest.shape = by_largest.largest_shape()
-    assert len(by_bucket) == info["total_steps"]  # three passes: each pass differs
-    for index, expected in enumerate(stream.take(len(by_bucket)).as_numpy_iterator()):
+    # Training: three passes, each in an order of its own; validation: one, in order.
+    assert len(by_bucket) == (info["total_steps"] if training else info["validation_steps"])
+    expected_batches = list(stream.take(len(by_bucket)).as_numpy_iterator())
+    assert len(expected_batches) == len(by_bucket)
+    for index, expected in enumerate(expected_batches):
         bucket_batch, largest_batch = by_bucket[index], by_largest[index]
         for name in ("source_ids", "target_ids"):
             np.testing.assert_array_equal(bucket_batch[0][name], expected[0][name])
