@@ -93,7 +93,7 @@ def parse_arguments(argv=None):
 
 def prepare(arguments):
     """Writes the run directory's tokenizer and config, and the bundle."""
-    from keras_transformer import corpus, data, training
+    from keras_transformer import corpus, data, training  # TensorFlow's
     config = config_lib.override(config_lib.preset_config(arguments.preset),
                                  arguments.overrides)
     if arguments.data_dir is not None:
@@ -123,12 +123,12 @@ def prepare(arguments):
     total_steps = config.train.epochs * steps_per_epoch
     print(f"Writing the {total_steps:,} batches of {config.train.epochs} epochs...",
           flush=True)
-    arrays.update(_split_arrays("train", train_pairs, data, total_steps, shuffle=True,
+    arrays.update(_split_arrays("train", train_pairs, total_steps, shuffle=True,
                                 seed=config.data.seed, options=options))
     validation_pairs = data.tokenize_split(splits["validation"], tokenizer,
                                            max_length=config.model.max_length)
     validation_steps = data.batches_per_pass(validation_pairs, shuffle=False, **options)
-    arrays.update(_split_arrays("validation", validation_pairs, data, validation_steps,
+    arrays.update(_split_arrays("validation", validation_pairs, validation_steps,
                                 shuffle=False, seed=config.data.seed, options=options))
     np.savez_compressed(os.path.join(arguments.bundle, BUNDLE_BATCHES), **arrays)
     info = {"steps_per_epoch": steps_per_epoch, "epochs": config.train.epochs,
@@ -139,8 +139,9 @@ def prepare(arguments):
           f"batches ({steps_per_epoch} per epoch), {validation_steps} validation batches.")
 
 
-def _split_arrays(split, pairs, data, steps, *, shuffle, seed, options):
+def _split_arrays(split, pairs, steps, *, shuffle, seed, options):
     """The token ids of a split and its first `steps` batches (pass after pass)."""
+    from keras_transformer import data  # TensorFlow's: `train` runs without it
     arrays = {}
     for name in ROW_NAMES:
         ragged = getattr(pairs, name)
@@ -248,34 +249,32 @@ def train(arguments):
         for batches in (training_batches, validation_batches):
             batches.shape = batches.largest_shape()
 
-    work_dir = tempfile.mkdtemp(prefix="portable-training-")
-    checkpoint_dir = os.path.join(work_dir, "checkpoints")
-    epoch_times = EpochTimes()
-    callbacks = [callbacks_lib.TerminateOnNonFiniteLoss(checkpoint_dir), epoch_times]
-    if config.train.cooldown_fraction:
-        callbacks.append(callbacks_lib.LearningRateCooldown(
-            schedule, config.train.cooldown_fraction, total_steps=info["total_steps"]))
-    callbacks.append(callbacks_lib.RollingCheckpoint(
-        checkpoint_dir, config.train.checkpoint_every_steps, config.train.keep_checkpoints))
-    budget = callbacks_lib.TimeBudget(arguments.minutes) if arguments.minutes else None
-    callbacks += [budget] if budget else []
-
-    start = time.monotonic()
-    history = model.fit(training_batches.stream(), epochs=info["epochs"],
-                        steps_per_epoch=info["steps_per_epoch"], callbacks=callbacks,
-                        shuffle=False, verbose=2)  # the batches come in their order
-    minutes = (time.monotonic() - start) / 60
-    validation_loss = token_mean_loss(model, validation_batches)
-    os.makedirs(os.path.join(arguments.out, TRAINED_CHECKPOINTS), exist_ok=True)
-    kept = callbacks_lib.list_checkpoints(checkpoint_dir)
-    for path in kept:
-        # The training checkpoints hold Adam's moments too (3× the weights); averaging
-        # and export read the weights alone.
-        weights_only = runs.build_model(config)
-        runs.load_weights(weights_only, path)
-        weights_only.save_weights(os.path.join(arguments.out, TRAINED_CHECKPOINTS,
-                                               os.path.basename(path)))
-    shutil.rmtree(work_dir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="portable-training-") as checkpoint_dir:
+        epoch_times = EpochTimes()
+        callbacks = [callbacks_lib.TerminateOnNonFiniteLoss(checkpoint_dir), epoch_times]
+        if config.train.cooldown_fraction:
+            callbacks.append(callbacks_lib.LearningRateCooldown(
+                schedule, config.train.cooldown_fraction, total_steps=info["total_steps"]))
+        callbacks.append(callbacks_lib.RollingCheckpoint(
+            checkpoint_dir, config.train.checkpoint_every_steps,
+            config.train.keep_checkpoints))
+        if arguments.minutes:
+            callbacks.append(callbacks_lib.TimeBudget(arguments.minutes))
+        start = time.monotonic()
+        history = model.fit(training_batches.stream(), epochs=info["epochs"],
+                            steps_per_epoch=info["steps_per_epoch"], callbacks=callbacks,
+                            shuffle=False, verbose=2)  # the batches come in their order
+        minutes = (time.monotonic() - start) / 60
+        validation_loss = token_mean_loss(model, validation_batches)
+        os.makedirs(os.path.join(arguments.out, TRAINED_CHECKPOINTS), exist_ok=True)
+        kept = callbacks_lib.list_checkpoints(checkpoint_dir)
+        for path in kept:
+            # The training checkpoints hold Adam's moments too (3× the weights);
+            # averaging and export read the weights alone.
+            weights_only = runs.build_model(config)
+            runs.load_weights(weights_only, path)
+            weights_only.save_weights(os.path.join(arguments.out, TRAINED_CHECKPOINTS,
+                                                   os.path.basename(path)))
     updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     result.update(
         config=json.loads(config.to_json()), bundle=info, minutes=minutes,
