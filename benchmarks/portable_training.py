@@ -10,8 +10,9 @@ TensorFlow, which tokenizes the text and exports and scores the model.
     python -m benchmarks.portable_training prepare --data-dir ../shared/data/multi30k \\
         --run-dir runs/quality-gpu --bundle bundle [FIELD=VALUE ...]
     # 2. On the accelerator, any backend: `model.fit` on those batches; OUT gets the
-    #    newest checkpoints (weights only) and a record of the training when it ends
-    #    (under a time limit, give `--minutes` so that it ends in time).
+    #    newest checkpoints (weights only) as they are written and a record of the
+    #    training after every epoch, so a run killed by a time limit leaves what it
+    #    made (`--minutes` ends it in time, with its validation loss).
     KERAS_BACKEND=jax python -m benchmarks.portable_training train --bundle bundle --out OUT
     # 3. With TensorFlow: the checkpoints and record into RUN_DIR; then `quality` averages,
     #    exports and scores them as it does its own runs (it skips a finished training).
@@ -34,7 +35,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -76,7 +76,8 @@ def parse_arguments(argv=None):
     train = steps.add_parser("train", help="model.fit on the bundle's batches (any backend)")
     train.add_argument("--bundle", required=True, metavar="DIR")
     train.add_argument("--out", required=True, metavar="DIR",
-                       help="where the newest checkpoints (weights only) and the record go")
+                       help="new directory for the newest checkpoints (weights only) "
+                            "and the record, both written as training goes")
     train.add_argument("--pad", choices=("largest", "bucket"), default="largest",
                        help="pad every batch to the largest batch's shape (one XLA "
                             "compilation; default) or to its bucket's (one per bucket)")
@@ -223,6 +224,11 @@ def train(arguments):
     """Fits the bundle's model on its batches; writes checkpoints and a record to --out."""
     from keras_transformer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.optimizer import make_optimizer, make_schedule
+    checkpoint_dir = os.path.join(arguments.out, TRAINED_CHECKPOINTS)
+    record_path = os.path.join(arguments.out, TRAINED_RECORD)
+    if os.path.exists(record_path) or callbacks_lib.list_checkpoints(checkpoint_dir):
+        raise SystemExit(f"error: {arguments.out} holds a training already: give a new "
+                         "--out")
     result = common.header(arguments)
     config = config_lib.Config.load(os.path.join(arguments.bundle, BUNDLE_CONFIG))
     _check_precision(config)
@@ -249,46 +255,32 @@ def train(arguments):
         for batches in (training_batches, validation_batches):
             batches.shape = batches.largest_shape()
 
-    with tempfile.TemporaryDirectory(prefix="portable-training-") as checkpoint_dir:
-        epoch_times = EpochTimes()
-        callbacks = [callbacks_lib.TerminateOnNonFiniteLoss(checkpoint_dir), epoch_times]
-        if config.train.cooldown_fraction:
-            callbacks.append(callbacks_lib.LearningRateCooldown(
-                schedule, config.train.cooldown_fraction, total_steps=info["total_steps"]))
-        callbacks.append(callbacks_lib.RollingCheckpoint(
-            checkpoint_dir, config.train.checkpoint_every_steps,
-            config.train.keep_checkpoints))
-        if arguments.minutes:
-            callbacks.append(callbacks_lib.TimeBudget(arguments.minutes))
-        start = time.monotonic()
-        history = model.fit(training_batches.stream(), epochs=info["epochs"],
-                            steps_per_epoch=info["steps_per_epoch"], callbacks=callbacks,
-                            shuffle=False, verbose=2)  # the batches come in their order
-        minutes = (time.monotonic() - start) / 60
-        validation_loss = token_mean_loss(model, validation_batches)
-        os.makedirs(os.path.join(arguments.out, TRAINED_CHECKPOINTS), exist_ok=True)
-        kept = callbacks_lib.list_checkpoints(checkpoint_dir)
-        for path in kept:
-            # The training checkpoints hold Adam's moments too (3× the weights);
-            # averaging and export read the weights alone.
-            weights_only = runs.build_model(config)
-            runs.load_weights(weights_only, path)
-            weights_only.save_weights(os.path.join(arguments.out, TRAINED_CHECKPOINTS,
-                                                   os.path.basename(path)))
-    updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-    result.update(
-        config=json.loads(config.to_json()), bundle=info, minutes=minutes,
-        epochs=len(history.epoch), updates=updates,
-        finished=updates == info["total_steps"],
-        parameters=int(model.count_params()), final_loss=history.history["loss"][-1],
-        final_val_loss=float(validation_loss), epoch_seconds=epoch_times.seconds,
-        gpu_models=common.gpu_names(), checkpoints=[os.path.basename(p) for p in kept],
-        accelerator_peak_memory_mb=common.accelerator_peak_memory_mb(),
-        load_average_end=common.load_average())
-    common.write_json(os.path.join(arguments.out, TRAINED_RECORD), result)
-    print(f"Trained {updates:,} of {info['total_steps']:,} updates in {minutes:.1f} min; "
-          f"final loss {result['final_loss']:.3f}, validation loss {validation_loss:.3f}; "
-          f"{len(kept)} checkpoints in {arguments.out}")
+    result.update(config=json.loads(config.to_json()), bundle=info,
+                  parameters=int(model.count_params()), gpu_models=common.gpu_names())
+    # The record and the checkpoints are brought up to date as training goes, so that a
+    # run killed by a hard time limit leaves what it made, ready for `collect`.
+    record = TrainingRecord(record_path, result, checkpoint_dir, info["total_steps"])
+    callbacks = [callbacks_lib.TerminateOnNonFiniteLoss(checkpoint_dir)]
+    if config.train.cooldown_fraction:
+        callbacks.append(callbacks_lib.LearningRateCooldown(
+            schedule, config.train.cooldown_fraction, total_steps=info["total_steps"]))
+    callbacks.append(WeightsOnlyCheckpoint(
+        config, checkpoint_dir, config.train.checkpoint_every_steps,
+        config.train.keep_checkpoints))
+    callbacks.append(record)  # after the checkpoints, so that it lists the newest
+    if arguments.minutes:
+        callbacks.append(callbacks_lib.TimeBudget(arguments.minutes))
+    model.fit(training_batches.stream(), epochs=info["epochs"],
+              steps_per_epoch=info["steps_per_epoch"], callbacks=callbacks,
+              shuffle=False, verbose=2)  # the batches come in their order
+    validation_loss = token_mean_loss(model, validation_batches)
+    record.write(final_val_loss=validation_loss,
+                 accelerator_peak_memory_mb=common.accelerator_peak_memory_mb(),
+                 load_average_end=common.load_average())
+    print(f"Trained {result['updates']:,} of {info['total_steps']:,} updates in "
+          f"{result['minutes']:.1f} min; final loss {result['final_loss']:.3f}, "
+          f"validation loss {validation_loss:.3f}; {len(result['checkpoints'])} "
+          f"checkpoints in {checkpoint_dir}")
 
 
 def token_mean_loss(model, batches):
@@ -305,19 +297,78 @@ def token_mean_loss(model, batches):
     return total / tokens
 
 
-class EpochTimes(keras.callbacks.Callback):
-    """Records the wall-clock seconds of every epoch (the first holds the compilations)."""
+class WeightsOnlyCheckpoint(callbacks_lib.RollingCheckpoint):
+    """`RollingCheckpoint` without the optimizer's state, which averaging and export never
+    read (Adam's moments would make each file 3× as large).
 
-    def __init__(self):
+    `save_weights` writes a model's optimizer too: a twin model of the same config,
+    never compiled, holds a copy of the weights for writing.
+    """
+
+    def __init__(self, config, directory, every_steps, keep):
+        super().__init__(directory, every_steps, keep)
+        self._twin = runs.build_model(config)
+
+    def write(self, path):
+        self._twin.set_weights(self.model.get_weights())
+        self._twin.save_weights(path, overwrite=True)
+
+
+class TrainingRecord(keras.callbacks.Callback):
+    """Writes the train step's record at the start and after every epoch.
+
+    It holds the updates made, the training minutes (from the start of `fit` to the last
+    epoch's end), each epoch's seconds (the first holds the compilations), the last
+    epoch's loss and the checkpoints on disk. Written to a temporary name and renamed, so
+    a killed run leaves the record of its last whole epoch.
+
+    Args:
+        path: str. The record's path.
+        result: dict. What the record holds besides; updated in place.
+        checkpoint_dir: str. Where the checkpoints are, listed in the record.
+        total_steps: int. The updates of the whole run (the record says whether all were
+            made).
+    """
+
+    def __init__(self, path, result, checkpoint_dir, total_steps):
         super().__init__()
-        self.seconds = []
-        self._start = None
+        self.path = path
+        self.result = result
+        self.checkpoint_dir = checkpoint_dir
+        self.total_steps = total_steps
+        self._fit_start = self._epoch_start = None
+
+    def on_train_begin(self, logs=None):
+        self._fit_start = time.monotonic()
+        self.result.update(epoch_seconds=[], final_loss=None, final_val_loss=None)
+        self._record_progress()
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.monotonic()
+        self._epoch_start = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(round(time.monotonic() - self._start, 3))
+        self.result["epoch_seconds"].append(round(time.monotonic() - self._epoch_start, 3))
+        if (logs or {}).get("loss") is not None:
+            self.result["final_loss"] = float(logs["loss"])
+        self._record_progress()
+
+    def on_train_end(self, logs=None):
+        self._record_progress()  # the final checkpoint, written at the end of training
+
+    def _record_progress(self):
+        updates = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        checkpoints = callbacks_lib.list_checkpoints(self.checkpoint_dir)
+        self.write(minutes=(time.monotonic() - self._fit_start) / 60,
+                   epochs=len(self.result["epoch_seconds"]), updates=updates,
+                   finished=updates == self.total_steps,
+                   checkpoints=[os.path.basename(path) for path in checkpoints])
+
+    def write(self, **fields):
+        """Adds `fields` to the record and writes it."""
+        self.result.update(fields)
+        temporary = self.path + ".partial"
+        common.write_json(temporary, self.result)
+        os.replace(temporary, self.path)
 
 
 def collect(arguments):
@@ -334,15 +385,25 @@ def collect(arguments):
         raise SystemExit(f"error: {arguments.trained} was trained with another config "
                          f"than {config_path}: collect into the run directory its bundle "
                          "was prepared for")
+    # The directory, not the record, says which checkpoints there are: a run killed
+    # between a checkpoint and the next epoch's record has one more, or one fewer.
+    made = callbacks_lib.list_checkpoints(os.path.join(arguments.trained,
+                                                       TRAINED_CHECKPOINTS))
+    if not made:
+        raise SystemExit(f"error: {arguments.trained} holds no checkpoint: the training "
+                         f"stopped before its first (update "
+                         f"{trained['config']['train']['checkpoint_every_steps']})")
     if not trained["finished"]:
         print(f"warning: the training stopped at update {trained['updates']:,} of "
-              f"{trained['bundle']['total_steps']:,} (--minutes); scoring what it made",
-              flush=True)
+              f"{trained['bundle']['total_steps']:,} (--minutes, or killed); scoring "
+              "what it made", flush=True)
+    if trained["final_val_loss"] is None:
+        print("warning: the training was killed before its validation loss was "
+              "computed; the record has none", flush=True)
     checkpoint_dir = os.path.join(arguments.run_dir, runs.CHECKPOINTS)
     os.makedirs(checkpoint_dir, exist_ok=True)
-    for name in trained["checkpoints"]:
-        shutil.copy2(os.path.join(arguments.trained, TRAINED_CHECKPOINTS, name),
-                     os.path.join(checkpoint_dir, name))
+    for path in made:
+        shutil.copy2(path, os.path.join(checkpoint_dir, os.path.basename(path)))
     machine = trained["machine"]
     gpus = trained["gpu_models"] or machine.get("gpus") or []
     backend = machine["keras_backend"]
@@ -356,7 +417,7 @@ def collect(arguments):
               "trained_by": trained["command"]}
     common.write_json(os.path.join(arguments.run_dir, quality.TRAINING_RECORD), record)
     common.write_json(os.path.join(arguments.run_dir, TRAINED_RECORD), trained)
-    print(f"Collected {len(trained['checkpoints'])} checkpoints into {checkpoint_dir}; "
+    print(f"Collected {len(made)} checkpoints into {checkpoint_dir}; "
           f"score them with python -m benchmarks.quality --run-dir {arguments.run_dir} "
           "(and the --data-dir, --preset and overrides of prepare)")
 

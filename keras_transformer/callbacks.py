@@ -139,11 +139,15 @@ class RollingCheckpoint(keras.callbacks.Callback):
             return
         os.makedirs(self.directory, exist_ok=True)
         temporary = os.path.join(self.directory, f"partial-step-{step:08d}.weights.h5")
-        self.model.save_weights(temporary, overwrite=True)
+        self.write(temporary)
         os.replace(temporary, path)
         if self.keep:
             for old in list_checkpoints(self.directory)[:-self.keep]:
                 os.remove(old)
+
+    def write(self, path):
+        """Writes one checkpoint: the model's weights and its optimizer's state."""
+        self.model.save_weights(path, overwrite=True)
 
 
 def list_checkpoints(directory):

@@ -103,6 +103,42 @@ def test_trains_every_update_and_collects_a_run_that_quality_scores(prepared, tm
     assert f"| {record['hardware']} |" in row and "some CPU" not in row
 
 
+def test_a_killed_training_leaves_its_last_epoch_for_collect(prepared, tmp_path,
+                                                            monkeypatch):
+    run_dir, bundle = prepared
+    info, _ = load_bundle(bundle)
+    kill_at = info["steps_per_epoch"] + 5  # inside the second epoch, past a checkpoint
+    checkpoint_step_end = portable_training.WeightsOnlyCheckpoint.on_train_batch_end
+
+    def killed_after(self, batch, logs=None):
+        checkpoint_step_end(self, batch, logs)
+        if self._step() == kill_at:
+            raise KeyboardInterrupt  # as a hard time limit would end the process
+
+    monkeypatch.setattr(portable_training.WeightsOnlyCheckpoint, "on_train_batch_end",
+                        killed_after)
+    out = tmp_path / "trained"
+    with pytest.raises(KeyboardInterrupt):
+        portable_training.main(["train", "--bundle", str(bundle), "--out", str(out)])
+    with open(out / portable_training.TRAINED_RECORD, encoding="utf-8") as file:
+        trained = json.load(file)
+    # The record of the first epoch; the checkpoints up to the kill.
+    assert trained["epochs"] == 1 and trained["updates"] == info["steps_per_epoch"]
+    assert not trained["finished"] and trained["final_val_loss"] is None
+    on_disk = sorted(os.listdir(out / portable_training.TRAINED_CHECKPOINTS))
+    every = config_lib.Config.load(run_dir / runs.CONFIG).train.checkpoint_every_steps
+    assert on_disk[-1] == f"step-{kill_at // every * every:08d}.weights.h5"
+
+    collected = tmp_path / "run"
+    collected.mkdir()
+    (collected / runs.CONFIG).write_bytes((run_dir / runs.CONFIG).read_bytes())
+    portable_training.main(["collect", "--run-dir", str(collected), "--trained", str(out)])
+    assert sorted(os.listdir(collected / runs.CHECKPOINTS)) == on_disk
+
+    with pytest.raises(SystemExit, match="holds a training already"):
+        portable_training.main(["train", "--bundle", str(bundle), "--out", str(out)])
+
+
 def test_collect_refuses_a_training_of_another_config(prepared, tmp_path):
     run_dir, _ = prepared
     trained = tmp_path / "trained"
