@@ -272,4 +272,4 @@ def _check_arguments(**arguments):
         if not 0.0 <= arguments[name] < 1.0:
             fail(name, "it must be in [0, 1)")
     if not 0 <= arguments["pad_id"] < arguments["vocabulary_size"]:
-        fail("pad_id", f"it must be a token id below vocabulary_size")
+        fail("pad_id", "it must be a token id below vocabulary_size")
