@@ -315,7 +315,7 @@ class WeightsOnlyCheckpoint(callbacks_lib.RollingCheckpoint):
 
 
 class TrainingRecord(keras.callbacks.Callback):
-    """Writes the train step's record at the start and after every epoch.
+    """Writes the train step's record at the start, after every epoch and at the end.
 
     It holds the updates made, the training minutes (from the start of `fit` to the last
     epoch's end), each epoch's seconds (the first holds the compilations), the last
