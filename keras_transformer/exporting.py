@@ -93,7 +93,7 @@ def _export_tflite(translator, path, quantize):
             "custom_ops": custom_ops, "ops": ops}
 
 
-def export_run(run_dir, *, weights=None, output_dir=None, quantize=True,
+def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensemble=(),
                **translator_options):
     """Exports the run in `run_dir` and writes the report beside the artifacts.
 
@@ -102,20 +102,33 @@ def export_run(run_dir, *, weights=None, output_dir=None, quantize=True,
         weights: which weights to export (see `runs.find_weights`); newest by default.
         output_dir: str. Where to write; `RUN_DIR/export` by default.
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
+        ensemble: run directories of further models, trained with this run's
+            tokenizer, whose probabilities the artifact averages with this run's
+            (`ensemble.Ensemble`); their weights are chosen by `weights` too.
         **translator_options: passed to `serving.Translator`.
 
     Returns:
         `(output_dir, report)`.
     """
+    from keras_transformer import ensemble as ensemble_lib
     from keras_transformer import runs
 
-    config, tokenizer, model = runs.load_run(run_dir, weights)
+    if ensemble:
+        config, tokenizer, model, weight_paths = ensemble_lib.load_ensemble(
+            [run_dir, *ensemble], weights)
+    else:
+        config, tokenizer, model = runs.load_run(run_dir, weights)
+        weight_paths = [runs.find_weights(run_dir, weights)]
     output_dir = output_dir or os.path.join(run_dir, EXPORT_DIR)
     translator = serving.Translator(model, tokenizer, **translator_options)
     report = export_translator(translator, output_dir, quantize=quantize)
     report["run"] = {"run_dir": os.path.abspath(run_dir),
-                     "weights": os.path.abspath(runs.find_weights(run_dir, weights)),
+                     "weights": os.path.abspath(weight_paths[0]),
                      "config": json.loads(config.to_json())}
+    if ensemble:
+        report["run"]["ensemble"] = [
+            {"run_dir": os.path.abspath(member), "weights": os.path.abspath(path)}
+            for member, path in zip(ensemble, weight_paths[1:])]
     write_report(output_dir, report)
     return output_dir, report
 
@@ -158,7 +171,13 @@ def report_markdown(report):
         lines += ["## TFLite ops (count over all subgraphs)", "", ", ".join(
             f"{op} ×{count}" for op, count in report["tflite"]["ops"].items()), ""]
     if "run" in report:
-        lines += ["## Run", "", f"Weights: `{report['run']['weights']}`", "", "```json",
+        lines += ["## Run", "", f"Weights: `{report['run']['weights']}`", ""]
+        members = report["run"].get("ensemble", [])
+        if members:
+            lines += ["An ensemble: it translates with the mean of the probabilities of "
+                      "the model above and of", ""]
+            lines += [f"- `{member['weights']}`" for member in members] + [""]
+        lines += ["```json",
                   json.dumps(report["run"]["config"], indent=2, sort_keys=True), "```", ""]
     return "\n".join(lines)
 
@@ -201,14 +220,18 @@ def main(argv=None):
                         help="skip the dynamic-range-quantized TFLite file")
     parser.add_argument("--max-output-length", type=int,
                         help="most output tokens (default: the model's max_length - 1)")
+    parser.add_argument("--ensemble", nargs="+", default=(), metavar="RUN_DIR",
+                        help="further runs trained with RUN_DIR's tokenizer: the artifact "
+                             "translates with the mean of all the models' probabilities")
     parser.add_argument("--check", action="store_true",
                         help="run `python -m export.check` on the result")
     args = parser.parse_args(argv)
     try:
         output_dir, report = export_run(
             args.run_dir, weights=args.weights, output_dir=args.output_dir,
-            quantize=not args.no_quantize, max_output_length=args.max_output_length)
-    except export_checks.UnsupportedOpsError as error:
+            quantize=not args.no_quantize, ensemble=args.ensemble,
+            max_output_length=args.max_output_length)
+    except (export_checks.UnsupportedOpsError, ValueError) as error:
         print(f"Export failed: {error}")
         return 1
     print(f"Exported to {output_dir} (report: {os.path.join(output_dir, REPORT_MARKDOWN)})")

@@ -179,8 +179,14 @@ def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
 
     export_dir = export_dir or os.path.join(run_dir, exporting.EXPORT_DIR)
     with open(os.path.join(export_dir, exporting.REPORT_JSON), encoding="utf-8") as file:
-        weights = json.load(file).get("run", {}).get("weights")
-    config, tokenizer, model = runs.load_run(run_dir, weights)
+        recorded = json.load(file).get("run", {})
+    config, tokenizer, model = runs.load_run(run_dir, recorded.get("weights"))
+    if recorded.get("ensemble"):
+        # The members as exported, each with the weights file the report names.
+        from keras_transformer import ensemble
+        members = [runs.load_run(member["run_dir"], member["weights"])[2]
+                   for member in recorded["ensemble"]]
+        model = ensemble.Ensemble([model, *members])
     sentences = check_sentences(config, sentences_file, count)
     checks, reference = artifact_checks(export_dir, sentences)
     translator = serving.Translator(model, tokenizer, **translator_options(export_dir))
