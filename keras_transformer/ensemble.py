@@ -3,8 +3,8 @@ next-token probabilities.
 
 The ensemble of neural translation (Sutskever et al., 2014; Sennrich et al., 2016, among
 many): independently trained models agree on what is right more than on their mistakes,
-so their averaged distribution decodes better than any one of them, for the members'
-added decoding cost. Averaging probabilities, unlike averaging weights
+so their averaged distribution usually decodes better than each of them, for the
+members' added decoding cost. Averaging probabilities, unlike averaging weights
 (`averaging.py`), needs no shared training history: the members must only share the
 vocabulary, since each reads and writes the same token ids.
 
@@ -119,7 +119,8 @@ def load_ensemble(run_dirs, weights=None):
     from keras_transformer.tokenizer import MODEL_FILE
 
     if len(run_dirs) < 2:
-        raise ValueError(f"An ensemble needs two or more run directories, got {list(run_dirs)}.")
+        raise ValueError("An ensemble needs two or more run directories, got "
+                         f"{list(run_dirs)}.")
 
     def tokenizer_bytes(run_dir):
         with open(os.path.join(run_dir, runs.TOKENIZER, MODEL_FILE), "rb") as file:

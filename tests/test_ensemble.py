@@ -54,12 +54,14 @@ def test_steps_give_the_log_of_the_mean_of_the_members_softmax(members):
     full = ensemble.decode(target_ids, encoder_outputs, source_ids).numpy()
     member_logits = [model.decode(target_ids, model.encode(source_ids), source_ids).numpy()
                      for model in members]
-    probabilities = [np.exp(logits - logits.max(-1, keepdims=True)) for logits in member_logits]
-    expected = np.log(np.mean([p / p.sum(-1, keepdims=True) for p in probabilities], axis=0))
+    # NumPy softmax of each member, then the log of their mean.
+    exponentials = [np.exp(logits - logits.max(-1, keepdims=True)) for logits in member_logits]
+    expected = np.log(np.mean([e / e.sum(-1, keepdims=True) for e in exponentials], axis=0))
     np.testing.assert_allclose(full, expected, atol=1e-4)
     step = tf.function(ensemble.decode_step)
     for index in range(target_ids.shape[1]):
-        log_probs, caches = step(tf.constant(target_ids[:, index]), caches, tf.constant(index))
+        log_probs, caches = step(tf.constant(target_ids[:, index]), caches,
+                                 tf.constant(index))
         np.testing.assert_allclose(log_probs.numpy(), expected[:, index], atol=1e-4)
 
 
@@ -96,7 +98,7 @@ def test_members_must_be_two_or_more_and_share_the_vocabulary(members):
 
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory, fixture_corpus_dir):
-    """Two run directories of the same tokenizer with different weights, and one of another."""
+    """Two run directories of one tokenizer with different weights, and one of another."""
     root = tmp_path_factory.mktemp("ensemble_runs")
     made = {}
     for name, seed, vocabulary in (("a", 1, 200), ("b", 2, 200), ("other", 3, 180)):
