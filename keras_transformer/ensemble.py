@@ -20,6 +20,10 @@ import os
 from keras import ops
 
 
+class TokenizerMismatchError(ValueError):
+    """Runs named as one ensemble were trained with different tokenizers."""
+
+
 class Ensemble:
     """Decodes with the mean of its members' probabilities.
 
@@ -113,7 +117,8 @@ def load_ensemble(run_dirs, weights=None):
         weights: which weights of each run (see `runs.find_weights`).
 
     Raises:
-        ValueError: fewer than two runs, or a run with another tokenizer.
+        ValueError: fewer than two runs.
+        TokenizerMismatchError: a run with another tokenizer.
     """
     from keras_transformer import runs
     from keras_transformer.tokenizer import MODEL_FILE
@@ -129,7 +134,7 @@ def load_ensemble(run_dirs, weights=None):
     first = tokenizer_bytes(run_dirs[0])
     for run_dir in run_dirs[1:]:
         if tokenizer_bytes(run_dir) != first:
-            raise ValueError(
+            raise TokenizerMismatchError(
                 f"{os.path.join(run_dir, runs.TOKENIZER, MODEL_FILE)} differs from "
                 f"{os.path.join(run_dirs[0], runs.TOKENIZER, MODEL_FILE)}: ensemble members "
                 "exchange token ids, so they must share one tokenizer. Train the other "

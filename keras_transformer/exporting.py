@@ -22,6 +22,7 @@ import shutil
 import tensorflow as tf
 import tensorflow_text
 
+from keras_transformer import ensemble as ensemble_lib
 from keras_transformer import export_checks, serving
 
 EXPORT_DIR = "export"
@@ -110,7 +111,6 @@ def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensembl
     Returns:
         `(output_dir, report)`.
     """
-    from keras_transformer import ensemble as ensemble_lib
     from keras_transformer import runs
 
     if ensemble:
@@ -231,7 +231,7 @@ def main(argv=None):
             args.run_dir, weights=args.weights, output_dir=args.output_dir,
             quantize=not args.no_quantize, ensemble=args.ensemble,
             max_output_length=args.max_output_length)
-    except (export_checks.UnsupportedOpsError, ValueError) as error:
+    except (export_checks.UnsupportedOpsError, ensemble_lib.TokenizerMismatchError) as error:
         print(f"Export failed: {error}")
         return 1
     print(f"Exported to {output_dir} (report: {os.path.join(output_dir, REPORT_MARKDOWN)})")

@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras_transformer import Transformer, decoding, exporting, runs, training
 from keras_transformer import config as config_lib
 from keras_transformer import corpus, runtimes, self_check, serving
-from keras_transformer.ensemble import Ensemble, load_ensemble
+from keras_transformer.ensemble import Ensemble, TokenizerMismatchError, load_ensemble
 from tests.export_helpers import validation_sentences
 from tests.test_decoding import END, PrefixTreeModel, padded
 
@@ -114,8 +114,11 @@ def run_dirs(tmp_path_factory, fixture_corpus_dir):
 
 
 def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs):
-    with pytest.raises(ValueError, match=r"other/tokenizer/tokenizer.model differs from"):
+    with pytest.raises(TokenizerMismatchError,
+                       match=r"other/tokenizer/tokenizer.model differs from"):
         load_ensemble([run_dirs["a"], run_dirs["other"]], "final")
+    status = exporting.main([run_dirs["a"], "--ensemble", run_dirs["other"]])
+    assert status == 1
 
 
 def test_the_exported_ensemble_translates_as_the_ensemble_in_memory(run_dirs, tmp_path):
