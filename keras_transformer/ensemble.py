@@ -140,7 +140,9 @@ def load_ensemble(run_dirs, weights=None):
                 "exchange token ids, so they must share one tokenizer. Train the other "
                 "members with the first run's (copy its tokenizer/ folder into their run "
                 "directories before training).")
-    loaded = [runs.load_run(run_dir, weights) for run_dir in run_dirs]
-    config, tokenizer, _ = loaded[0]
+    # Resolved once, so that the paths returned (which a report records) are the files
+    # loaded even when `weights=None` picks the newest file of a run still being written.
     weight_paths = [runs.find_weights(run_dir, weights) for run_dir in run_dirs]
+    loaded = [runs.load_run(run_dir, path) for run_dir, path in zip(run_dirs, weight_paths)]
+    config, tokenizer, _ = loaded[0]
     return config, tokenizer, Ensemble(model for _, _, model in loaded), weight_paths
