@@ -220,9 +220,13 @@ def main(argv=None):
                         help="skip the dynamic-range-quantized TFLite file")
     parser.add_argument("--max-output-length", type=int,
                         help="most output tokens (default: the model's max_length - 1)")
-    parser.add_argument("--ensemble", nargs="+", default=(), metavar="RUN_DIR",
-                        help="further runs trained with RUN_DIR's tokenizer: the artifact "
-                             "translates with the mean of all the models' probabilities")
+    # "extend": `--ensemble b --ensemble c` names both runs; the default "store" would
+    # keep only the last flag's and export a smaller ensemble without a word.
+    parser.add_argument("--ensemble", nargs="+", action="extend", default=[],
+                        metavar="RUN_DIR",
+                        help="further runs trained with RUN_DIR's tokenizer (one flag with "
+                             "several, or the flag repeated): the artifact translates with "
+                             "the mean of all the models' probabilities")
     parser.add_argument("--check", action="store_true",
                         help="run `python -m export.check` on the result")
     args = parser.parse_args(argv)

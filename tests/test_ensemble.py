@@ -119,6 +119,10 @@ def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs):
         load_ensemble([run_dirs["a"], run_dirs["other"]], "final")
     status = exporting.main([run_dirs["a"], "--ensemble", run_dirs["other"]])
     assert status == 1
+    # A repeated flag adds its runs: the mismatched run named first is not dropped.
+    status = exporting.main([run_dirs["a"], "--ensemble", run_dirs["other"],
+                             "--ensemble", run_dirs["b"]])
+    assert status == 1
 
 
 def test_the_exported_ensemble_translates_as_the_ensemble_in_memory(run_dirs, tmp_path):
