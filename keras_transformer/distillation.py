@@ -5,7 +5,9 @@
         --run-dir STUDENT_RUN --epochs 64
 
 A trained run, the teacher, translates the source side of its own training split with
-beam search, through its exported SavedModel (exported first if it has none). OUTPUT_DIR
+beam search, through its exported SavedModel (exported first if it has none), or through
+another artifact exported from it (`--artifact`: an ensemble of runs, say,
+`python -m export TEACHER_RUN --ensemble OTHER_RUNS... --output-dir DIR`). OUTPUT_DIR
 receives a Multi30K-layout corpus: the training split holds the original pairs followed
 by the same sources with the teacher's translations, so each pass sees every sentence
 twice; the validation and test splits are the original ones, so scores stay comparable.
@@ -31,13 +33,16 @@ from keras_transformer.config import Config
 TEACHER_FILE = "teacher.train.{language}"
 
 
-def distill(teacher_run, output_dir, *, data_dir=None, beam=True, batch_size=64,
-            verbose=True):
+def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
+            batch_size=64, verbose=True):
     """Writes the distilled corpus of `teacher_run` into `output_dir`.
 
     Args:
         teacher_run: str. A run directory trained on Multi30K.
         output_dir: str. Where the corpus goes (created if missing).
+        artifact: str. The SavedModel or `.tflite` file that translates, exported from
+            `teacher_run` (alone or with others as an ensemble); default: the run's own
+            SavedModel. The run names the corpus and its languages either way.
         data_dir: str. A local copy of Multi30K; defaults to the teacher's `data_dir`
             (`None` there: downloaded as training does).
         beam: bool. Translate with beam search (the teacher's exported settings) rather
@@ -65,8 +70,13 @@ def distill(teacher_run, output_dir, *, data_dir=None, beam=True, batch_size=64,
     os.makedirs(output_dir, exist_ok=True)
     teacher_path = os.path.join(output_dir,
                                 TEACHER_FILE.format(language=data.target_language))
-    translations = _translate_resumably(teacher_run, sources, teacher_path, beam,
-                                        batch_size, verbose)
+    if artifact is None:
+        artifact = exported.resolve_artifact(teacher_run, export_if_missing=True,
+                                             verbose=verbose)
+    else:
+        artifact = exported.resolve_artifact(artifact)
+    translations = _translate_resumably(artifact, sources, teacher_path, beam, batch_size,
+                                        verbose)
     for split, text in splits.items():
         source_lines, target_lines = list(text.source_lines), list(text.target_lines)
         if split == "train":  # the original pairs, then the teacher's
@@ -86,14 +96,12 @@ def distill(teacher_run, output_dir, *, data_dir=None, beam=True, batch_size=64,
     return len(sources)
 
 
-def _translate_resumably(teacher_run, sources, path, beam, batch_size, verbose):
-    """Returns the teacher's translations of `sources`, continuing the file at `path`.
+def _translate_resumably(artifact, sources, path, beam, batch_size, verbose):
+    """Returns the translations of `sources` by `artifact`, continuing the file at `path`.
 
     `path.teacher.json` records which artifact and decoder wrote the file, so that a
     file from another teacher is refused rather than continued.
     """
-    artifact = exported.resolve_artifact(teacher_run, export_if_missing=True,
-                                         verbose=verbose)
     teacher = {"artifact_sha256": _tree_sha256(artifact), "beam": beam}
     record = f"{path}.teacher.json"
     done = _whole_lines(path)
@@ -171,6 +179,10 @@ def main(argv=None):
                     "write a corpus for a student: the original pairs plus the teacher's.")
     parser.add_argument("teacher_run", help="run directory of the teacher")
     parser.add_argument("output_dir", help="where the distilled corpus goes")
+    parser.add_argument("--artifact",
+                        help="SavedModel directory or .tflite file exported from the "
+                             "teacher run (e.g. an ensemble of it and other runs) that "
+                             "translates instead of the run's own SavedModel")
     parser.add_argument("--data-dir", help="local copy of Multi30K (default: the "
                                            "teacher's data_dir, else downloaded)")
     parser.add_argument("--greedy", action="store_true",
@@ -180,7 +192,8 @@ def main(argv=None):
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     try:
-        distill(args.teacher_run, args.output_dir, data_dir=args.data_dir,
+        distill(args.teacher_run, args.output_dir, artifact=args.artifact,
+                data_dir=args.data_dir,
                 beam=not args.greedy, batch_size=args.batch_size)
     except (ValueError, FileNotFoundError) as error:  # bad arguments or files: no traceback
         print(f"error: {error}", file=sys.stderr)

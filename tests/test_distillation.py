@@ -112,3 +112,29 @@ def test_distillation_refuses_a_teacher_of_another_corpus(tmp_path, capsys):
     # The command says so in one line, without a traceback.
     assert distillation.main([str(run), str(tmp_path / "out")]) == 2
     assert "corpus='multi30k'" in capsys.readouterr().err
+
+
+def test_an_artifact_exported_from_the_teacher_run_translates_instead_of_its_own(
+        teacher_run, tmp_path, monkeypatch, capsys):
+    ensemble = tmp_path / "ensemble" / "saved_model"
+    ensemble.mkdir(parents=True)
+    (ensemble / "saved_model.pb").write_bytes(b"an ensemble")
+    opened = []
+
+    def open_runner(artifact, beam):
+        opened.append((artifact, beam))
+        return Teacher()
+
+    monkeypatch.setattr(runtimes, "open_runner", open_runner)
+    output = tmp_path / "distilled"
+    assert distillation.main([str(teacher_run), str(output), "--artifact", str(ensemble),
+                              "--greedy"]) == 0
+    assert opened == [(str(ensemble), False)]
+    assert (output / "train.de.gz").exists()
+    # The run's own SavedModel is another teacher: its translations do not continue these.
+    with pytest.raises(ValueError, match="another teacher"):
+        distillation.distill(str(teacher_run), str(output), beam=False, verbose=False)
+    # An artifact that is not there: one line saying what was expected, no traceback.
+    assert distillation.main([str(teacher_run), str(tmp_path / "other"), "--artifact",
+                              str(tmp_path / "missing")]) == 2
+    assert "neither a SavedModel directory" in capsys.readouterr().err
