@@ -27,7 +27,7 @@ import math
 import os
 import sys
 
-from keras_transformer import corpus, exported, runtimes, translate
+from keras_transformer import corpus, exported, exporting, runtimes, translate
 from keras_transformer.config import Config
 
 TEACHER_FILE = "teacher.train.{language}"
@@ -54,7 +54,8 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
         The number of training pairs the teacher translated.
 
     Raises:
-        ValueError: when the teacher was not trained on Multi30K.
+        ValueError: when the teacher was not trained on Multi30K, or when the export
+            report beside `artifact` names another language pair than the run's.
     """
     config = Config.load(os.path.join(teacher_run, exported.CONFIG_FILE))
     data = config.data
@@ -75,6 +76,7 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
                                              verbose=verbose)
     else:
         artifact = exported.resolve_artifact(artifact)
+        _check_language_pair(artifact, data, teacher_run)
     translations = _translate_resumably(artifact, sources, teacher_path, beam, batch_size,
                                         verbose)
     for split, text in splits.items():
@@ -94,6 +96,30 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
               f"--data-dir {output_dir} --run-dir STUDENT_RUN "
               f"--epochs {math.ceil(config.train.epochs / 2)}", flush=True)
     return len(sources)
+
+
+def _check_language_pair(artifact, data, teacher_run):
+    """Refuses an artifact whose export report names another language pair than the run.
+
+    The run's languages name the corpus files, so an artifact of another pair would fill
+    the student's corpus with the wrong language, unnoticed until the student is scored.
+    `python -m export` writes the report beside the SavedModel and TFLite files; an
+    artifact copied without it is taken as it is.
+    """
+    report_path = os.path.join(os.path.dirname(os.path.normpath(artifact)),
+                               exporting.REPORT_JSON)
+    if not os.path.isfile(report_path):
+        return
+    with open(report_path, encoding="utf-8") as file:
+        exported_data = json.load(file).get("run", {}).get("config", {}).get("data", {})
+    exported_pair = (exported_data.get("source_language"),
+                     exported_data.get("target_language"))
+    run_pair = (data.source_language, data.target_language)
+    if None not in exported_pair and exported_pair != run_pair:
+        raise ValueError(
+            f"{artifact} translates {'→'.join(exported_pair)} (its {report_path}), but "
+            f"{teacher_run} was trained {'→'.join(run_pair)}: pass an artifact exported "
+            f"from {teacher_run}, alone or with runs of the same language pair.")
 
 
 def _translate_resumably(artifact, sources, path, beam, batch_size, verbose):

@@ -1,12 +1,13 @@
 """Sequence-level distillation: the student's corpus, and carrying on after a failure."""
 
 import dataclasses
+import json
 import pathlib
 
 import pytest
 
 from keras_transformer import config as config_lib
-from keras_transformer import corpus, distillation, exported, runtimes, translate
+from keras_transformer import corpus, distillation, exported, exporting, runtimes, translate
 
 
 def teacher_translation(sentence):
@@ -138,3 +139,26 @@ def test_an_artifact_exported_from_the_teacher_run_translates_instead_of_its_own
     assert distillation.main([str(teacher_run), str(tmp_path / "other"), "--artifact",
                               str(tmp_path / "missing")]) == 2
     assert "neither a SavedModel directory" in capsys.readouterr().err
+
+
+def test_an_artifact_of_another_language_pair_is_refused_before_translating(
+        teacher_run, tmp_path, monkeypatch, capsys):
+    export_dir = tmp_path / "en-fr"
+    (export_dir / "saved_model").mkdir(parents=True)
+    (export_dir / "saved_model" / "saved_model.pb").write_bytes(b"an en-fr model")
+    report = {"run": {"config": {"data": {"source_language": "en",
+                                          "target_language": "fr"}}}}
+    (export_dir / exporting.REPORT_JSON).write_text(json.dumps(report))
+    teacher = Teacher()
+    use_teacher(monkeypatch, teacher)
+    output = tmp_path / "distilled"
+    assert distillation.main([str(teacher_run), str(output), "--artifact",
+                              str(export_dir / "saved_model")]) == 2
+    assert "translates en→fr" in capsys.readouterr().err
+    assert teacher.translated == []
+    # The same report naming the run's own pair lets it through.
+    report["run"]["config"]["data"]["target_language"] = "de"
+    (export_dir / exporting.REPORT_JSON).write_text(json.dumps(report))
+    assert distillation.main([str(teacher_run), str(output), "--artifact",
+                              str(export_dir / "saved_model")]) == 0
+    assert teacher.translated
