@@ -28,7 +28,8 @@ def parse_arguments(argv=None):
     parser.add_argument("run_dir", help="a finished run directory with its checkpoints")
     parser.add_argument("--split", default="validation", choices=sorted(corpus.MULTI30K_SPLITS),
                         help="corpus split to score (default: validation)")
-    parser.add_argument("--counts", nargs="+", type=int, default=None,
+    parser.add_argument("--counts", nargs="+", action=common.ListOption, type=int,
+                        default=None,
                         help="how many of the newest checkpoints to average, one score "
                              "each (default: 1 up to every checkpoint kept)")
     parser.add_argument("--beam-size", type=int, default=4)

@@ -5,6 +5,7 @@ the machine's noise) and records, next to the numbers, the hardware, the load av
 and the command, so that a row of BENCHMARKS.md can be traced back to how it was made.
 """
 
+import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -259,6 +260,20 @@ def small_tokenizer(seed=0):
     from keras_transformer import tokenizer as tokenizer_lib
     return tokenizer_lib.train_tokenizer(pseudo_sentences(3000, seed=seed), 512,
                                          verbose=False)
+
+
+class ListOption(argparse.Action):
+    """A list option (`nargs="+"`) that may be repeated: `--alphas 0.6 --alphas 1.0`.
+
+    argparse's "store" keeps only the last flag's values, silently; its "extend" adds
+    them to the default list instead of replacing it. Here the first flag replaces the
+    default and every later one adds to it.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, self.dest)
+        setattr(namespace, self.dest,
+                list(values) if given is self.default else [*given, *values])
 
 
 def add_run_arguments(parser, default_weights=None):

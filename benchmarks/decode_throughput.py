@@ -37,8 +37,10 @@ DECODERS = ("cached", "uncached", "beam4", "cached_xla", "uncached_xla", "beam4_
 
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--decoders", nargs="+", choices=DECODERS, default=list(DECODERS))
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32])
+    parser.add_argument("--decoders", nargs="+", action=common.ListOption, choices=DECODERS,
+                        default=list(DECODERS))
+    parser.add_argument("--batch-sizes", nargs="+", action=common.ListOption, type=int,
+                        default=[1, 32])
     parser.add_argument("--output-length", type=int, default=50)
     parser.add_argument("--calls", type=int, default=3,
                         help="timed calls per decoder and batch size (after a warm-up)")

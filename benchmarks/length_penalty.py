@@ -25,7 +25,8 @@ def parse_arguments(argv=None):
     common.add_run_arguments(parser, default_weights="averaged")
     parser.add_argument("--split", default="validation", choices=sorted(corpus.MULTI30K_SPLITS),
                         help="corpus split to score (default: validation)")
-    parser.add_argument("--alphas", nargs="+", type=float, default=[0.6, 1.0, 1.5, 2.0],
+    parser.add_argument("--alphas", nargs="+", action=common.ListOption, type=float,
+                        default=[0.6, 1.0, 1.5, 2.0],
                         help="length penalties to try (default: 0.6 1.0 1.5 2.0)")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--sentences", type=int, default=None,

@@ -50,7 +50,8 @@ def parse_arguments(argv=None):
     from keras_transformer import config as config_lib
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="paper_base", choices=sorted(config_lib.PRESETS))
-    parser.add_argument("--variants", nargs="+", default=["mixed_bfloat16+fused"],
+    parser.add_argument("--variants", nargs="+", action=common.ListOption,
+                        default=["mixed_bfloat16+fused"],
                         help="dtype policy, with '+fused' for the fused attention op")
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
                         help="config changes as train.py takes them, e.g. "

@@ -45,11 +45,13 @@ def parse_arguments(argv=None):
     parser.add_argument("--preset", default="paper_base", choices=sorted(config_lib.PRESETS))
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
                         help="model config changes as train.py takes them, e.g. num_layers=2")
-    parser.add_argument("--variants", nargs="+", default=["float32", "mixed_bfloat16"],
+    parser.add_argument("--variants", nargs="+", action=common.ListOption,
+                        default=["float32", "mixed_bfloat16"],
                         help="dtype policies, one model each")
-    parser.add_argument("--decoders", nargs="+", choices=sorted(DECODERS),
+    parser.add_argument("--decoders", nargs="+", action=common.ListOption, choices=sorted(DECODERS),
                         default=["cached", "uncached"])
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32, 128])
+    parser.add_argument("--batch-sizes", nargs="+", action=common.ListOption, type=int,
+                        default=[1, 32, 128])
     parser.add_argument("--source-length", type=int, default=20,
                         help="tokens of every source sentence (START and END included)")
     parser.add_argument("--output-length", type=int, default=50)

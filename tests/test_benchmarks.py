@@ -28,6 +28,19 @@ def _run(main, arguments, tmp_path):
     return result
 
 
+def test_a_repeated_list_option_adds_its_values_and_the_first_replaces_the_default():
+    assert length_penalty.parse_arguments(["run"]).alphas == [0.6, 1.0, 1.5, 2.0]
+    assert length_penalty.parse_arguments(["run", "--alphas", "0.8"]).alphas == [0.8]
+    repeated = length_penalty.parse_arguments(
+        ["run", "--alphas", "0.6", "1.0", "--alphas", "1.5"])
+    assert repeated.alphas == [0.6, 1.0, 1.5]
+    assert length_penalty.parse_arguments(["run"]).alphas == [0.6, 1.0, 1.5, 2.0]
+    assert decode_throughput.parse_arguments(
+        ["--batch-sizes", "1", "--batch-sizes", "8"]).batch_sizes == [1, 8]
+    with pytest.raises(SystemExit):  # values are still checked against the choices
+        decode_throughput.parse_arguments(["--decoders", "cached", "--decoders", "nope"])
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="needs Linux's /proc/cpuinfo")
 def test_machine_records_the_cpu_family_model_and_vector_extensions():
     with open("/proc/cpuinfo", encoding="utf-8") as file:
