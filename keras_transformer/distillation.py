@@ -110,16 +110,38 @@ def _check_language_pair(artifact, data, teacher_run):
                                exporting.REPORT_JSON)
     if not os.path.isfile(report_path):
         return
-    with open(report_path, encoding="utf-8") as file:
-        exported_data = json.load(file).get("run", {}).get("config", {}).get("data", {})
+    report = _read_json_object(report_path, "Export the artifact again with `python -m "
+                               "export`, or delete the report to take the artifact as is.")
+    exported_data = report
+    for key in ("run", "config", "data"):
+        exported_data = exported_data.get(key) if isinstance(exported_data, dict) else None
+    if not isinstance(exported_data, dict):
+        return  # the report names no language pair
     exported_pair = (exported_data.get("source_language"),
                      exported_data.get("target_language"))
     run_pair = (data.source_language, data.target_language)
     if None not in exported_pair and exported_pair != run_pair:
         raise ValueError(
-            f"{artifact} translates {'→'.join(exported_pair)} (its {report_path}), but "
+            f"{artifact} translates {'→'.join(map(str, exported_pair))} "
+            f"(its {report_path}), but "
             f"{teacher_run} was trained {'→'.join(run_pair)}: pass an artifact exported "
             f"from {teacher_run}, alone or with runs of the same language pair.")
+
+
+def _read_json_object(path, fix):
+    """Returns the JSON object in `path`, or raises a ValueError naming it and `fix`."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            value = json.load(file)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: line {error.lineno}: not valid JSON ({error.msg}). "
+                         f"{fix}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text. {fix}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}. "
+                         f"{fix}")
+    return value
 
 
 def _translate_resumably(artifact, sources, path, beam, batch_size, verbose):
@@ -134,8 +156,8 @@ def _translate_resumably(artifact, sources, path, beam, batch_size, verbose):
     if done:
         written_by = None
         if os.path.exists(record):
-            with open(record, encoding="utf-8") as file:
-                written_by = json.load(file)
+            written_by = _read_json_object(
+                record, f"Delete it and {path} to translate from the start.")
         if written_by != teacher or len(done) > len(sources):
             raise ValueError(
                 f"{path} holds {len(done)} translations of another teacher, decoder or "

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -162,3 +163,39 @@ def test_an_artifact_of_another_language_pair_is_refused_before_translating(
     assert distillation.main([str(teacher_run), str(output), "--artifact",
                               str(export_dir / "saved_model")]) == 0
     assert teacher.translated
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"run": {"config"', "line 1: not valid JSON"),
+    ('["en", "fr"]', "expected a JSON object, got list"),
+])
+def test_an_unreadable_export_report_is_named_with_the_fix(
+        teacher_run, tmp_path, monkeypatch, capsys, text, problem):
+    export_dir = tmp_path / "export"
+    (export_dir / "saved_model").mkdir(parents=True)
+    (export_dir / "saved_model" / "saved_model.pb").write_bytes(b"a model")
+    report_path = export_dir / exporting.REPORT_JSON
+    report_path.write_text(text)
+    teacher = Teacher()
+    use_teacher(monkeypatch, teacher)
+    assert distillation.main([str(teacher_run), str(tmp_path / "distilled"), "--artifact",
+                              str(export_dir / "saved_model")]) == 2
+    error = capsys.readouterr().err
+    assert f"{report_path}: {problem}" in error and "python -m export" in error
+    assert teacher.translated == []
+
+
+def test_an_unreadable_teacher_record_is_named_with_the_fix(
+        teacher_run, tmp_path, monkeypatch):
+    monkeypatch.setattr(translate, "CHUNK_BATCHES", 1)
+    use_teacher(monkeypatch, Teacher(fail_at=3))
+    output = tmp_path / "distilled"
+    with pytest.raises(RuntimeError, match="the decoder failed"):
+        distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
+    translations = output / distillation.TEACHER_FILE.format(language="de")
+    record = pathlib.Path(f"{translations}.teacher.json")
+    record.write_text("{truncated")
+    use_teacher(monkeypatch, Teacher())
+    unreadable = rf"^{re.escape(str(record))}: line 1: not valid JSON .*Delete it"
+    with pytest.raises(ValueError, match=unreadable):
+        distillation.distill(str(teacher_run), str(output), verbose=False)
