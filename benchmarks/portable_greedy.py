@@ -48,8 +48,8 @@ def parse_arguments(argv=None):
     parser.add_argument("--variants", nargs="+", action=common.ListOption,
                         default=["float32", "mixed_bfloat16"],
                         help="dtype policies, one model each")
-    parser.add_argument("--decoders", nargs="+", action=common.ListOption, choices=sorted(DECODERS),
-                        default=["cached", "uncached"])
+    parser.add_argument("--decoders", nargs="+", action=common.ListOption,
+                        choices=sorted(DECODERS), default=["cached", "uncached"])
     parser.add_argument("--batch-sizes", nargs="+", action=common.ListOption, type=int,
                         default=[1, 32, 128])
     parser.add_argument("--source-length", type=int, default=20,

@@ -122,10 +122,10 @@ def _check_language_pair(artifact, data, teacher_run):
     run_pair = (data.source_language, data.target_language)
     if None not in exported_pair and exported_pair != run_pair:
         raise ValueError(
-            f"{artifact} translates {'→'.join(map(str, exported_pair))} "
-            f"(its {report_path}), but "
-            f"{teacher_run} was trained {'→'.join(run_pair)}: pass an artifact exported "
-            f"from {teacher_run}, alone or with runs of the same language pair.")
+            f"{artifact} translates {'→'.join(map(str, exported_pair))} (its "
+            f"{report_path}), but {teacher_run} was trained {'→'.join(run_pair)}: pass an "
+            f"artifact exported from {teacher_run}, alone or with runs of the same "
+            "language pair.")
 
 
 def _read_json_object(path, fix):
@@ -241,8 +241,7 @@ def main(argv=None):
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     try:
         distill(args.teacher_run, args.output_dir, artifact=args.artifact,
-                data_dir=args.data_dir,
-                beam=not args.greedy, batch_size=args.batch_size)
+                data_dir=args.data_dir, beam=not args.greedy, batch_size=args.batch_size)
     except (ValueError, FileNotFoundError) as error:  # bad arguments or files: no traceback
         print(f"error: {error}", file=sys.stderr)
         return 2
