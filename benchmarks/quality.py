@@ -8,7 +8,10 @@ a new run directory for at most `--minutes` of wall-clock time, averages the las
 the exported SavedModel (beam search, then greedy) and scores it with sacreBLEU. What is
 served is what is scored. One row per run is appended to the quality table of
 BENCHMARKS.md, and everything (config, command, hardware, times, signatures) goes to a
-JSON file in benchmarks/results/.
+JSON file in benchmarks/results/, with the test translations beside it, gzipped
+(`<JSON name>.test.<beam|greedy>.<language>.gz`): the run directory is rarely kept, and
+a later row can only be compared with this one, sentence by sentence (sacreBLEU's
+paired bootstrap), through its translations.
 
 Running the same command again on a run directory whose training finished skips the
 training (its recorded time is reused) and redoes averaging, export and scoring, so an
@@ -18,6 +21,7 @@ interruption after a long training loses nothing.
 import argparse
 import dataclasses
 import datetime
+import gzip
 import json
 import os
 import sys
@@ -43,7 +47,8 @@ the exported SavedModel on test_2016_flickr with sacreBLEU (cased, detokenized, 
 signature in the run's JSON). `training` is wall-clock minutes of `training.train`
 (vocabulary, data preparation, validation and the BLEU callback included; the budget
 counts from the start of `model.fit`), weight updates and epochs begun. The full
-config of each row is in its JSON in `benchmarks/results/`."""
+config of each row is in its JSON in `benchmarks/results/`, its test translations
+beside it (`<JSON name>.test.<beam|greedy>.<language>.gz`)."""
 
 
 def parse_arguments(argv=None):
@@ -154,9 +159,34 @@ def score_export(config, run_dir, average):
         print(f"Scoring {saved_model} ({decoder}) on {source}", flush=True)
         scores[decoder] = evaluation.evaluate(
             saved_model, source, reference, beam=beam, export_if_missing=False,
-            output=os.path.join(run_dir, f"test.{decoder}.{config.data.target_language}"))
+            output=translations_path(run_dir, decoder, config.data.target_language))
         print(evaluation.format_scores(scores[decoder]), flush=True)
     return averaged, scores
+
+
+def translations_path(run_dir, decoder, language):
+    """The file of the run's test translations by `decoder` ("beam" or "greedy")."""
+    return os.path.join(run_dir, f"test.{decoder}.{language}")
+
+
+def keep_translations(run_dir, language, json_path):
+    """Copies the run's test translations beside `json_path`, gzipped.
+
+    Returns `{decoder: file name}`, the names relative to the JSON's directory. The
+    gzip header holds no time stamp or file name, so the same translations give the
+    same bytes.
+    """
+    stem = os.path.splitext(json_path)[0]
+    kept = {}
+    for decoder in ("beam", "greedy"):
+        target = f"{stem}.test.{decoder}.{language}.gz"
+        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+        with open(translations_path(run_dir, decoder, language), "rb") as source, \
+                open(target, "wb") as raw, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+            packed.write(source.read())
+        kept[decoder] = os.path.basename(target)
+    return kept
 
 
 def table_row(result):
@@ -197,12 +227,17 @@ def append_row(path, row):
         start = lines.index(TABLE_HEADING) + 1
         end = next((index for index in range(start, len(lines))
                     if lines[index].startswith("## ")), len(lines))
-        table_rows = [index for index in range(start, end) if lines[index].startswith("|")]
-        insert_at = table_rows[-1] + 1 if table_rows else end
-        if not table_rows:
-            lines[insert_at:insert_at] = [TABLE_HEADER]
-            insert_at += 1
-        lines.insert(insert_at, row)
+        # The first table of the section is the quality table; its subsections (the
+        # ensembles, say) may hold tables of their own further down.
+        first = next((index for index in range(start, end)
+                      if lines[index].startswith("|")), None)
+        if first is None:
+            lines[end:end] = [TABLE_HEADER, row]
+        else:
+            insert_at = first
+            while insert_at < end and lines[insert_at].startswith("|"):
+                insert_at += 1
+            lines.insert(insert_at, row)
     temporary = f"{path}.partial"
     with open(temporary, "w", encoding="utf-8") as file:
         file.write("\n".join(lines) + "\n")
@@ -236,7 +271,8 @@ def main(argv=None):
     result.update(config=json.loads(config.to_json()), run_dir=run_dir, device=arguments.device,
                   note=arguments.note, training=record,
                   averaged=_read_json(averaging.record_path(averaged)),
-                  scores=scores, load_average_end=common.load_average())
+                  scores=scores, load_average_end=common.load_average(),
+                  translations=keep_translations(run_dir, data.target_language, json_path))
     common.write_json(json_path, result)
     print(f"Result: {json_path}")
     if arguments.results != "none":

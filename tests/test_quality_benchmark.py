@@ -1,5 +1,6 @@
 """The quality benchmark: trains, averages, exports, scores the SavedModel, records a row."""
 
+import gzip
 import json
 import os
 
@@ -22,6 +23,18 @@ def test_append_row_makes_the_table_then_extends_it_in_place(tmp_path):
     assert lines.index("| second |") == lines.index("| first |") + 1
     assert lines.index("## Later section") > lines.index("| second |")
     assert "text" in lines and "more" in lines
+
+
+def test_append_row_extends_the_quality_table_not_a_later_table_of_its_section(tmp_path):
+    path = tmp_path / "RESULTS.md"
+    quality.append_row(str(path), "| first |")
+    path.write_text(path.read_text(encoding="utf-8")
+                    + "\nWhat the rows show.\n\n### Ensembles\n\n| a | b |\n|---|---|\n"
+                      "| 1 | 2 |\n\nMore.\n", encoding="utf-8")
+    quality.append_row(str(path), "| second |")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines.index("| second |") == lines.index("| first |") + 1
+    assert lines.index("| 1 | 2 |") > lines.index("What the rows show.")
 
 
 def test_trains_exports_scores_the_saved_model_and_records_one_row(tmp_path,
@@ -48,12 +61,20 @@ def test_trains_exports_scores_the_saved_model_and_records_one_row(tmp_path,
         assert first["scores"][decoder]["artifact"].endswith(os.path.join("export",
                                                                           "saved_model"))
     assert first["scores"]["beam"]["beam"] and not first["scores"]["greedy"]["beam"]
+    # Kept beside the JSON, for comparing a later row with this one sentence by sentence.
+    for decoder in ("beam", "greedy"):
+        kept = tmp_path / first["translations"][decoder]
+        assert kept.name == f"first.test.{decoder}.de.gz"
+        assert gzip.decompress(kept.read_bytes()) == (run_dir / f"test.{decoder}.de").read_bytes()
     assert len(first["averaged"]["checkpoints"]) >= 1
 
     # Again on the finished run: training is not repeated, and a second row is added.
     assert quality.main([*arguments, "--json", str(tmp_path / "second.json")]) == 0
     second = json.loads((tmp_path / "second.json").read_text(encoding="utf-8"))
     assert second["training"] == first["training"]
+    # The same translations give the same bytes: the gzip header holds no time or name.
+    assert ((tmp_path / second["translations"]["beam"]).read_bytes()
+            == (tmp_path / first["translations"]["beam"]).read_bytes())
     rows = [line for line in results.read_text(encoding="utf-8").splitlines()
             if line.startswith("| 20")]
     assert len(rows) == 2 and all("smoke" in row and "1 updates" in row for row in rows)
