@@ -27,7 +27,8 @@ import math
 import os
 import sys
 
-from keras_transformer import corpus, exported, exporting, runtimes, translate
+from keras_transformer import (corpus, exported, exporting, output_paths, runtimes,
+                               translate)
 from keras_transformer.config import Config
 
 TEACHER_FILE = "teacher.train.{language}"
@@ -57,7 +58,12 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
         ValueError: when the teacher was not trained on Multi30K, or when the export
             report beside `artifact` names another language pair than the run's.
     """
-    config = Config.load(os.path.join(teacher_run, exported.CONFIG_FILE))
+    config_path = os.path.join(teacher_run, exported.CONFIG_FILE)
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{teacher_run} is not a run directory (it has no "
+                                f"{exported.CONFIG_FILE}): name the teacher's run directory, "
+                                "the --run-dir it was trained with.")
+    config = Config.load(config_path)
     data = config.data
     if data.corpus != "multi30k":
         raise ValueError(
@@ -68,6 +74,10 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
     splits = {split: corpus.load_split(data, split, filter_pairs=False, verbose=False)
               for split in corpus.MULTI30K_SPLITS}  # every line, as the files hold them
     sources = list(splits["train"].source_lines)
+    # The corpus is written under the original's file names: never into its folder.
+    original_folder = os.path.dirname(corpus.corpus_files(data, "train")[0])
+    output_paths.check_not_an_input("output folder", output_dir,
+                                    {"folder of the original corpus": original_folder})
     os.makedirs(output_dir, exist_ok=True)
     teacher_path = os.path.join(output_dir,
                                 TEACHER_FILE.format(language=data.target_language))
@@ -242,7 +252,7 @@ def main(argv=None):
     try:
         distill(args.teacher_run, args.output_dir, artifact=args.artifact,
                 data_dir=args.data_dir, beam=not args.greedy, batch_size=args.batch_size)
-    except (ValueError, FileNotFoundError) as error:  # bad arguments or files: no traceback
+    except (ValueError, OSError) as error:  # bad arguments or files: no traceback
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -31,7 +31,7 @@ import sys
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from keras_transformer import exported, runtimes, translate
+from keras_transformer import exported, output_paths, runtimes, translate
 from keras_transformer.corpus import read_lines
 
 # Each metric is a fresh object per call: sacreBLEU objects cache reference statistics.
@@ -131,9 +131,14 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=
         The dict of `score`, plus what was scored: `"artifact"` (the path used),
         `"source"`, `"reference"`, `"beam"`, `"session"` and `"sentences"`.
     """
-    source_lines, reference_lines = read_lines(source), read_lines(reference)
     # Checked before translating, which can take minutes.
+    files_read = {"source": source, "reference": reference}
+    output_paths.check_output_file("--output", output, files_read)
+    output_paths.check_output_file("--json", json_path, files_read)
+    source_lines, reference_lines = read_lines(source), read_lines(reference)
     check_line_counts(source_lines, reference_lines, source, reference)
+    if not source_lines:
+        raise ValueError(f"{source} and {reference} hold no lines: nothing to score.")
     artifact_path = exported.resolve_artifact(artifact, export_if_missing=export_if_missing,
                                               verbose=verbose)
     try:

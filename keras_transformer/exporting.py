@@ -204,6 +204,30 @@ def _megabytes(size):
     return f"{size / 1e6:.2f} MB"
 
 
+def _argument_problems(args):
+    """Yields what is wrong with the runs, folder and numbers that the command names.
+
+    Checked before the export spends minutes building and tracing the model.
+    """
+    from keras_transformer import config as config_lib
+    from keras_transformer import runs
+    for run_dir in [args.run_dir, *args.ensemble]:
+        config_path = os.path.join(run_dir, runs.CONFIG)
+        if not os.path.isfile(config_path):
+            yield (f"{run_dir} is not a run directory (it has no {runs.CONFIG}): name a "
+                   "directory that train.py wrote.")
+            continue
+        try:
+            config_lib.Config.load(config_path)
+        except ValueError as error:  # names the file and line
+            yield str(error)
+    if args.max_output_length is not None and args.max_output_length < 1:
+        yield f"--max-output-length must be at least 1, got {args.max_output_length}."
+    if args.output_dir and os.path.exists(args.output_dir) and not os.path.isdir(
+            args.output_dir):
+        yield f"--output-dir {args.output_dir} is a file: name a folder to write into."
+
+
 def main(argv=None):
     """Command line: `python -m export RUN_DIR`; returns the exit status."""
     import argparse
@@ -230,12 +254,18 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true",
                         help="run `python -m export.check` on the result")
     args = parser.parse_args(argv)
+    problem = next(_argument_problems(args), None)
+    if problem:
+        parser.error(problem)
+    from keras_transformer import runs, tokenizer
     try:
         output_dir, report = export_run(
             args.run_dir, weights=args.weights, output_dir=args.output_dir,
             quantize=not args.no_quantize, ensemble=args.ensemble,
             max_output_length=args.max_output_length)
-    except (export_checks.UnsupportedOpsError, ensemble_lib.TokenizerMismatchError) as error:
+    # What a run's files can get wrong; any other error keeps its traceback.
+    except (export_checks.UnsupportedOpsError, ensemble_lib.TokenizerMismatchError,
+            runs.WeightsFileError, tokenizer.TokenizerFileError, FileNotFoundError) as error:
         print(f"Export failed: {error}")
         return 1
     print(f"Exported to {output_dir} (report: {os.path.join(output_dir, REPORT_MARKDOWN)})")

@@ -75,7 +75,7 @@ def find_weights(run_dir, weights=None):
         if path and os.path.exists(path):
             return path
     raise FileNotFoundError(
-        f"No weights {weights or ''} in {run_dir!r}: train first (python train.py "
+        f"No weights{f' {weights}' if weights else ''} in {run_dir!r}: train first (python train.py "
         f"--run-dir {run_dir}), or name a file ('averaged', 'final', 'latest' or a path).")
 
 

@@ -98,11 +98,17 @@ class TFLiteRunner:
         import tensorflow_text
         from ai_edge_litert.interpreter import InterpreterWithCustomOps
 
-        source = ({"model_content": bytes(model)} if isinstance(model, (bytes, bytearray))
+        in_memory = isinstance(model, (bytes, bytearray))
+        source = ({"model_content": bytes(model)} if in_memory
                   else {"model_path": os.fspath(model)})
-        self._interpreter = InterpreterWithCustomOps(
-            custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
-            **source)
+        try:
+            self._interpreter = InterpreterWithCustomOps(
+                custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
+                **source)
+        except ValueError as error:  # LiteRT's message names no file
+            name = "the TFLite model" if in_memory else os.fspath(model)
+            raise ValueError(f"{name} is not a TFLite model LiteRT can load ({error}): "
+                             "export the run again (python -m export RUN_DIR).") from None
         self._runner = self._interpreter.get_signature_runner(signature)
 
     def __call__(self, sentences):

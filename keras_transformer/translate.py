@@ -17,7 +17,7 @@ import argparse
 import contextlib
 import sys
 
-from keras_transformer import exported, runtimes
+from keras_transformer import exported, output_paths, runtimes
 
 
 def read_sentences(file):
@@ -103,22 +103,29 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
-    runner = runtimes.open_runner(exported.resolve_artifact(args.artifact), beam=args.beam)
-    if args.input:
-        with open(args.input, "rb") as file:
-            sentences = read_sentences(file)
-    else:
-        sentences = read_sentences(sys.stdin.buffer)
+    try:
+        output_paths.check_output_file("--output", args.output, {"--input": args.input})
+        runner = runtimes.open_runner(exported.resolve_artifact(args.artifact),
+                                      beam=args.beam)
+        if args.input:
+            with open(args.input, "rb") as file:
+                sentences = read_sentences(file)
+        else:
+            sentences = read_sentences(sys.stdin.buffer)
+        # Bytes: the translations are UTF-8 whatever the terminal's locale says.
+        output = (open(args.output, "wb") if args.output
+                  else contextlib.nullcontext(sys.stdout.buffer))
+    except (ValueError, OSError) as error:  # bad arguments or files: no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     progress = (progress_bar(len(sentences))
                 if args.input and sentences and not args.no_progress else None)
-    # Bytes: the translations are UTF-8 whatever the terminal's locale says.
-    with (open(args.output, "wb") if args.output
-          else contextlib.nullcontext(sys.stdout.buffer)) as output:
+    with output as stream:
         done = 0
         try:
             for chunk in translation_chunks(runner, sentences, args.batch_size, progress):
-                output.write("".join(f"{line}\n" for line in chunk).encode("utf-8"))
-                output.flush()
+                stream.write("".join(f"{line}\n" for line in chunk).encode("utf-8"))
+                stream.flush()
                 done += len(chunk)
         except (Exception, KeyboardInterrupt) as error:
             print(f"\nStopped after {done} of {len(sentences)} sentences: "

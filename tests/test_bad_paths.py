@@ -1,0 +1,129 @@
+"""Commands refuse, before their long work, outputs that would overwrite what they read,
+outputs they could not write, and inputs that are not what they need: a clear error, the
+user's files unchanged, no traceback."""
+
+import dataclasses
+
+import pytest
+
+from keras_transformer import config as config_lib
+from keras_transformer import distillation, evaluation, exporting, runtimes, translate
+
+
+@pytest.fixture
+def texts(tmp_path):
+    source, reference = tmp_path / "source.en", tmp_path / "reference.de"
+    source.write_text("A dog runs.\nTwo men.\n", encoding="utf-8")
+    reference.write_text("Ein Hund rennt.\nZwei Männer.\n", encoding="utf-8")
+    return source, reference
+
+
+# The artifact is never opened: each refusal comes first.
+NO_ARTIFACT = "no-such-artifact"
+
+
+@pytest.mark.parametrize("option", ["--output", "--json"])
+@pytest.mark.parametrize("victim", ["source", "reference"])
+def test_evaluation_refuses_to_write_over_its_source_or_reference(texts, capsys, option,
+                                                                   victim):
+    source, reference = texts
+    target = source if victim == "source" else reference
+    before = target.read_bytes()
+    status = evaluation.main(["--artifact", NO_ARTIFACT, "--source", str(source),
+                              "--reference", str(reference), option, str(target)])
+    assert status == 2
+    error = capsys.readouterr().err
+    assert f"{option} {target} is also the {victim}" in error
+    assert target.read_bytes() == before
+
+
+@pytest.mark.parametrize("option", ["--output", "--json"])
+def test_evaluation_refuses_an_output_it_cannot_write_before_translating(texts, tmp_path,
+                                                                         capsys, option):
+    source, reference = texts
+    arguments = ["--artifact", NO_ARTIFACT, "--source", str(source),
+                 "--reference", str(reference)]
+    assert evaluation.main([*arguments, option, str(tmp_path)]) == 2
+    assert f"{option} {tmp_path} is a folder" in capsys.readouterr().err
+    missing = tmp_path / "no-such-folder" / "out.txt"
+    assert evaluation.main([*arguments, option, str(missing)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_evaluation_of_empty_files_is_an_error_not_a_sacrebleu_crash(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    status = evaluation.main(["--artifact", NO_ARTIFACT, "--source", str(empty),
+                              "--reference", str(empty)])
+    assert status == 2
+    assert "hold no lines: nothing to score" in capsys.readouterr().err
+
+
+def test_translate_refuses_to_write_over_its_input(texts, capsys):
+    source, _ = texts
+    before = source.read_bytes()
+    status = translate.main([NO_ARTIFACT, "-i", str(source), "-o", str(source)])
+    assert status == 2
+    assert f"--output {source} is also the --input" in capsys.readouterr().err
+    assert source.read_bytes() == before
+
+
+def test_translate_reports_a_missing_artifact_or_input_without_a_traceback(texts, tmp_path,
+                                                                          capsys):
+    source, _ = texts
+    assert translate.main([NO_ARTIFACT, "-i", str(source)]) == 2
+    assert "neither a SavedModel directory" in capsys.readouterr().err
+    assert translate.main([str(tmp_path / "model.tflite"), "-i", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_file_that_is_not_a_tflite_model_is_named_in_the_error(tmp_path):
+    garbage = tmp_path / "translator.tflite"
+    garbage.write_bytes(b"not a flatbuffer" * 8)
+    with pytest.raises(ValueError, match=f"{garbage} is not a TFLite model LiteRT can load"):
+        runtimes.TFLiteRunner(str(garbage))
+
+
+def test_distillation_refuses_to_write_into_the_original_corpus_folder(tmp_path,
+                                                                       fixture_corpus_dir,
+                                                                       capsys):
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    config = config_lib.preset_config("tiny")
+    config = dataclasses.replace(config, data=dataclasses.replace(
+        config.data, data_dir=str(fixture_corpus_dir)))
+    config.save(str(teacher / "config.json"))
+    before = {path.name: path.read_bytes() for path in fixture_corpus_dir.iterdir()}
+    status = distillation.main([str(teacher), str(fixture_corpus_dir), "--greedy"])
+    assert status == 2
+    assert "is also the folder of the original corpus" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in fixture_corpus_dir.iterdir()} == before
+
+
+def test_distillation_names_a_teacher_that_is_not_a_run(tmp_path, capsys):
+    status = distillation.main([str(tmp_path / "nope"), str(tmp_path / "out")])
+    assert status == 2
+    assert "is not a run directory (it has no config.json)" in capsys.readouterr().err
+
+
+def test_export_checks_its_arguments_before_building_the_model(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    config_lib.preset_config("tiny").save(str(run / "config.json"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("", encoding="utf-8")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model": {', encoding="utf-8")
+    cases = {
+        (str(tmp_path / "nope"),): "is not a run directory",
+        (str(run), "--ensemble", str(tmp_path / "nope")): "is not a run directory",
+        (str(broken),): "config.json: line 1",
+        (str(run), "--max-output-length", "0"): "--max-output-length must be at least 1",
+        (str(run), "--output-dir", str(a_file)): "is a file: name a folder",
+    }
+    for arguments, message in cases.items():
+        with pytest.raises(SystemExit) as raised:
+            exporting.main(list(arguments))
+        assert raised.value.code == 2
+        assert message in capsys.readouterr().err, arguments
