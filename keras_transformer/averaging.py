@@ -18,7 +18,7 @@ import numpy as np
 
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
-from keras_transformer import runs
+from keras_transformer import output_paths, runs
 
 
 def average_weights(model, paths):
@@ -57,6 +57,14 @@ def average_run(run_dir, last=5, output=None):
     """
     if last < 1:
         raise ValueError(f"--last must be at least 1, got {last}.")
+    if output is not None:  # checked before the averaging, not after it
+        if not output.endswith(".weights.h5"):
+            raise ValueError(f"--output {output}: Keras weights files end in .weights.h5; "
+                             "name one that does.")
+        output_paths.check_output_file("--output", output)
+    if not os.path.isfile(os.path.join(run_dir, runs.CONFIG)):
+        raise FileNotFoundError(f"{run_dir} is not a run directory (it has no {runs.CONFIG}):"
+                                " name a directory that train.py wrote.")
     checkpoint_dir = os.path.join(run_dir, runs.CHECKPOINTS)
     paths = callbacks_lib.list_checkpoints(checkpoint_dir)[-last:]
     if not paths:

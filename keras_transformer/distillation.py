@@ -58,6 +58,8 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
         ValueError: when the teacher was not trained on Multi30K, or when the export
             report beside `artifact` names another language pair than the run's.
     """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"The output folder {output_dir} is a file: name a folder.")
     config_path = os.path.join(teacher_run, exported.CONFIG_FILE)
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{teacher_run} is not a run directory (it has no "

@@ -83,7 +83,10 @@ def test_find_weights_prefers_the_newest_file(run_with_checkpoints):
 
 
 def test_no_checkpoints_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="is not a run directory"):
+        averaging.average_run(str(tmp_path))
+    config_lib.preset_config("tiny").save(str(tmp_path / runs.CONFIG))
+    with pytest.raises(FileNotFoundError, match="No checkpoints in .*: train first"):
         averaging.average_run(str(tmp_path))
 
 

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from keras_transformer import config as config_lib
-from keras_transformer import distillation, evaluation, exporting, runtimes, translate
+from keras_transformer import (averaging, distillation, evaluation, exporting, runtimes,
+                               translate)
 
 
 @pytest.fixture
@@ -100,10 +101,29 @@ def test_distillation_refuses_to_write_into_the_original_corpus_folder(tmp_path,
     assert {path.name: path.read_bytes() for path in fixture_corpus_dir.iterdir()} == before
 
 
-def test_distillation_names_a_teacher_that_is_not_a_run(tmp_path, capsys):
+def test_distillation_names_a_teacher_that_is_not_a_run_or_an_output_that_is_a_file(
+        tmp_path, capsys):
     status = distillation.main([str(tmp_path / "nope"), str(tmp_path / "out")])
     assert status == 2
     assert "is not a run directory (it has no config.json)" in capsys.readouterr().err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("", encoding="utf-8")
+    assert distillation.main([str(tmp_path / "nope"), str(a_file)]) == 2
+    assert f"The output folder {a_file} is a file" in capsys.readouterr().err
+
+
+def test_averaging_checks_its_output_and_run_before_averaging(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    config_lib.preset_config("tiny").save(str(run / "config.json"))
+    cases = {
+        (str(run), "--output", str(tmp_path / "averaged.h5")): "end in .weights.h5",
+        (str(run), "--output", str(tmp_path / "nope" / "a.weights.h5")): "does not exist",
+        (str(tmp_path / "nope"),): "is not a run directory",
+    }
+    for arguments, message in cases.items():
+        with pytest.raises(SystemExit, match=message):
+            averaging.main(list(arguments))
 
 
 def test_export_checks_its_arguments_before_building_the_model(tmp_path, capsys):
