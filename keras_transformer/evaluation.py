@@ -135,6 +135,11 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=
     files_read = {"source": source, "reference": reference}
     output_paths.check_output_file("--output", output, files_read)
     output_paths.check_output_file("--json", json_path, files_read)
+    for name, path in files_read.items():
+        if not os.path.isfile(path):  # read_lines would speak of a corpus configuration
+            raise FileNotFoundError(f"The {name} {path} is "
+                                    f"{'a folder' if os.path.isdir(path) else 'missing'}: "
+                                    "name a text file (plain or .gz), one sentence a line.")
     source_lines, reference_lines = read_lines(source), read_lines(reference)
     check_line_counts(source_lines, reference_lines, source, reference)
     if not source_lines:

@@ -51,6 +51,18 @@ def test_evaluation_refuses_an_output_it_cannot_write_before_translating(texts, 
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_evaluation_names_a_source_or_reference_that_is_a_folder_or_missing(texts, tmp_path,
+                                                                          capsys):
+    source, reference = texts
+    assert evaluation.main(["--artifact", NO_ARTIFACT, "--source", str(tmp_path),
+                            "--reference", str(reference)]) == 2
+    assert f"The source {tmp_path} is a folder" in capsys.readouterr().err
+    missing = tmp_path / "missing.de"
+    assert evaluation.main(["--artifact", NO_ARTIFACT, "--source", str(source),
+                            "--reference", str(missing)]) == 2
+    assert f"The reference {missing} is missing" in capsys.readouterr().err
+
+
 def test_evaluation_of_empty_files_is_an_error_not_a_sacrebleu_crash(tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
