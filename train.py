@@ -29,6 +29,17 @@ Afterwards: python -m keras_transformer.averaging RUN_DIR --last 5
 """
 
 
+def positive_integer(text):
+    """argparse type: an integer of at least 1 (0 epochs would train nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(
         description="Train the encoder-decoder Transformer (Vaswani et al., 2017) with "
@@ -46,15 +57,16 @@ def parse_arguments(argv=None):
                         help="where the config, tokenizer, checkpoints, backup, logs and "
                              "weights go (default: runs/<preset>-<source>-<target>, "
                              "or the folder of a run's config.json given with --config)")
-    parser.add_argument("--epochs", type=int, default=None, metavar="N",
+    parser.add_argument("--epochs", type=positive_integer, default=None, metavar="N",
                         help="number of epochs (sets train.epochs)")
-    parser.add_argument("--steps", type=int, default=None, metavar="N",
+    parser.add_argument("--steps", type=positive_integer, default=None, metavar="N",
                         help="batches per epoch (sets train.steps_per_epoch; the data "
                              "then repeats as needed). With --epochs 1 it is the total "
                              "number of training steps. Default: one pass over the data")
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
                         help="config overrides, applied last")
-    return parser.parse_args(argv)
+    # Overrides may come before, between or after the options.
+    return parser.parse_intermixed_args(argv)
 
 
 def make_config(arguments):
@@ -62,7 +74,12 @@ def make_config(arguments):
     if arguments.config and arguments.preset:
         raise SystemExit("error: give --preset or --config, not both")
     if arguments.config:
-        config = config_lib.Config.load(arguments.config)
+        try:
+            config = config_lib.Config.load(arguments.config)
+        except OSError as error:  # missing, a directory, unreadable
+            raise ValueError(f"--config {arguments.config}: cannot read it "
+                             f"({error.strerror}). Give the config.json of an earlier "
+                             "run, or a --preset.") from None
         name = os.path.splitext(os.path.basename(arguments.config))[0]
     else:
         name = arguments.preset or config_lib.DEFAULT_PRESET

@@ -15,6 +15,16 @@ import keras
 import numpy as np
 
 
+class BackupError(OSError):
+    """The backup cannot be read; the message names its folder and the fix."""
+
+
+def _unreadable(backup_dir, error):
+    return BackupError(
+        f"{backup_dir}: cannot restore the training backup ({error}). Restore the folder "
+        "from a copy, or remove it to train this run again from the start.")
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` that resumes exactly where the backup was taken.
 
@@ -86,11 +96,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 # two renames leaves the metadata one backup behind.
                 self.model._initial_epoch = expected[0]
                 _restore_random_state(self.model, self._weights_path)
+        except BackupError:
+            raise
         except (OSError, ValueError) as error:
-            raise OSError(
-                f"{self.backup_dir}: cannot restore the training backup ({error}). "
-                "Restore the folder from a copy, or remove it to train this run again "
-                "from the start.") from error
+            raise _unreadable(self.backup_dir, error) from error
 
     def on_epoch_begin(self, epoch, logs=None):
         self._current_epoch = epoch
@@ -184,18 +193,32 @@ def read_backup_position(backup_dir):
 
     Args:
         backup_dir: str. The `backup_dir` of an `AtomicBackupAndRestore`.
+
+    Raises:
+        BackupError: neither weights file (or the metadata) can be read.
     """
+    try:
+        return _read_position(backup_dir)
+    except (OSError, ValueError, KeyError, TypeError) as error:  # TypeError: not an object
+        raise _unreadable(backup_dir, error) from error
+
+
+def _read_position(backup_dir):
     path = os.path.join(backup_dir, BACKUP_WEIGHTS)
     if not os.path.exists(path):
         return (0, 0)
     try:
         with h5py.File(path, "r") as file:
             position = file.attrs.get(_POSITION)
-    except OSError:
+    except OSError as error:
         if not os.path.exists(path + ".bkp"):
-            raise
-        with h5py.File(path + ".bkp", "r") as file:
-            position = file.attrs.get(_POSITION)
+            raise OSError(f"{BACKUP_WEIGHTS}: {error}") from error
+        try:
+            with h5py.File(path + ".bkp", "r") as file:
+                position = file.attrs.get(_POSITION)
+        except OSError as copy_error:
+            raise OSError(f"neither {BACKUP_WEIGHTS} nor its .bkp copy can be read: "
+                          f"{copy_error}") from error
     if position is not None:
         return tuple(int(value) for value in position)
     metadata_path = os.path.join(backup_dir, "training_metadata.json")

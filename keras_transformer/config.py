@@ -9,6 +9,10 @@ import json
 import os
 
 
+class ConfigError(ValueError):
+    """A config file, override or value cannot be used; the message names it and the fix."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Architecture of the Transformer (Vaswani et al., 2017, Table 3 symbols in brackets).
@@ -110,12 +114,12 @@ class Config:
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as error:
-            raise ValueError(
+            raise ConfigError(
                 f"{source}: line {error.lineno}: not valid JSON ({error.msg}). "
                 "Fix the file or write it again with `Config.save`."
             ) from None
         if not isinstance(raw, dict):
-            raise ValueError(f"{source}: expected a JSON object, got {type(raw).__name__}.")
+            raise ConfigError(f"{source}: expected a JSON object, got {type(raw).__name__}.")
         return cls(**{
             section.name: _section_from_dict(section.type, raw.get(section.name, {}), source)
             for section in dataclasses.fields(cls)
@@ -142,13 +146,13 @@ _RETIRED_FIELDS = {"DataConfig": {"shuffle_buffer"}}
 
 def _section_from_dict(section_type, values, source):
     if not isinstance(values, dict):
-        raise ValueError(f"{source}: section of {section_type.__name__} must be an object.")
+        raise ConfigError(f"{source}: section of {section_type.__name__} must be an object.")
     retired = _RETIRED_FIELDS.get(section_type.__name__, set())
     values = {key: value for key, value in values.items() if key not in retired}
     known = {field.name: field for field in dataclasses.fields(section_type)}
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"{source}: unknown {section_type.__name__} field(s) {unknown}; "
             f"known fields are {sorted(known)}."
         )
@@ -231,7 +235,7 @@ DEFAULT_PRESET = "multi30k"
 def preset_config(name):
     """Returns the full `Config` of the preset `name`."""
     if name not in PRESETS:
-        raise ValueError(f"Unknown preset {name!r}. Available presets: {sorted(PRESETS)}.")
+        raise ConfigError(f"Unknown preset {name!r}. Available presets: {sorted(PRESETS)}.")
     preset = PRESETS[name]
     return Config(
         model=ModelConfig(**preset.get("model", {})),
@@ -252,7 +256,7 @@ def override(config, assignments):
     for assignment in assignments:
         key, separator, text = assignment.partition("=")
         if not separator:
-            raise ValueError(f"Override {assignment!r} must look like field=value.")
+            raise ConfigError(f"Override {assignment!r} must look like field=value.")
         section_name, _, field_name = key.rpartition(".")
         candidates = [section_name] if section_name else [
             name for name, section in sections.items()
@@ -261,7 +265,7 @@ def override(config, assignments):
                 field.name for field in dataclasses.fields(sections[candidates[0]])}:
             known = sorted(f"{name}.{field.name}" for name, section in sections.items()
                            for field in dataclasses.fields(section))
-            raise ValueError(f"Override {assignment!r}: {key!r} names no single config "
+            raise ConfigError(f"Override {assignment!r}: {key!r} names no single config "
                              f"field. Known fields: {known}.")
         changes[candidates[0]][field_name] = _parse_value(text)
     return dataclasses.replace(config, **{
@@ -275,3 +279,4 @@ def _parse_value(text):
     except json.JSONDecodeError:
         return text
     return tuple(value) if isinstance(value, list) else value
+

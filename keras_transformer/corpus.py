@@ -58,7 +58,7 @@ MAX_CHARACTERS = 1000
 
 
 class CorpusError(ValueError):
-    """The corpus files exist but their content cannot be used."""
+    """The config names no usable corpus files, or their content cannot be used."""
 
 
 class LineCountMismatchError(CorpusError):
@@ -166,13 +166,13 @@ def corpus_files(data_config, split, *, cache_dir=None, base_url=None):
     if data_config.corpus != "multi30k":
         files = getattr(data_config, f"{split}_files")
         if files is None or len(files) != 2:
-            raise ValueError(
+            raise CorpusError(
                 f"Corpus {data_config.corpus!r} has no {split} files: set "
                 f"DataConfig.{split}_files to a (source_path, target_path) pair.")
         return tuple(files)
     languages = (data_config.source_language, data_config.target_language)
     if len(set(languages)) != 2 or not set(languages) <= set(MULTI30K_LANGUAGES):
-        raise ValueError(
+        raise CorpusError(
             f"Multi30K has no {languages[0]}-{languages[1]} direction: source_language and "
             f"target_language must be two different languages of {MULTI30K_LANGUAGES}.")
     split_name = MULTI30K_SPLITS[split]

@@ -13,9 +13,10 @@ import tensorflow as tf
 
 from keras_transformer.cpu import cpu_info
 
-_POLICIES = {None: "float32", "float32": "float32",
-             "bfloat16": "mixed_bfloat16", "mixed_bfloat16": "mixed_bfloat16",
-             "float16": "mixed_float16", "mixed_float16": "mixed_float16"}
+# `TrainConfig.mixed_precision` -> Keras dtype policy.
+PRECISION_POLICIES = {None: "float32", "float32": "float32",
+                      "bfloat16": "mixed_bfloat16", "mixed_bfloat16": "mixed_bfloat16",
+                      "float16": "mixed_float16", "mixed_float16": "mixed_float16"}
 
 
 def choose_strategy(devices=None):
@@ -110,10 +111,10 @@ def set_precision(mixed_precision):
     Returns:
         The name of the policy set, e.g. `"mixed_bfloat16"`.
     """
-    if mixed_precision not in _POLICIES:
+    if mixed_precision not in PRECISION_POLICIES:
         raise ValueError(f"mixed_precision={mixed_precision!r} is not one of "
                          "None, 'float32', 'bfloat16', 'float16'.")
-    policy = _POLICIES[mixed_precision]
+    policy = PRECISION_POLICIES[mixed_precision]
     if policy != "float32" and not tf.config.list_logical_devices("GPU"):
         if policy == "mixed_bfloat16" and cpu_has_bfloat16():
             # oneDNN runs bfloat16 matmuls natively on these: training is faster (1.45x

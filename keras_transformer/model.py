@@ -65,7 +65,7 @@ class Transformer(keras.Model):
                  num_heads=8, dropout=0.1, attention_dropout=0.0, max_length=256, pad_id=0,
                  tie_embeddings=True, normalize_first=False, layer_norm_epsilon=1e-6,
                  use_fused_attention=False, **kwargs):
-        _check_arguments(vocabulary_size=vocabulary_size, num_layers=num_layers,
+        check_arguments(vocabulary_size=vocabulary_size, num_layers=num_layers,
                          hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
                          num_heads=num_heads, dropout=dropout,
                          attention_dropout=attention_dropout, max_length=max_length,
@@ -254,8 +254,11 @@ def tied_step_logits(hidden, embeddings):
     return ops.transpose(ops.matmul(embeddings, ops.transpose(hidden)))  # (B, V)
 
 
-def _check_arguments(**arguments):
-    """Raises `ValueError` naming the first argument of `Transformer` that is invalid."""
+def check_arguments(**arguments):
+    """Raises `ValueError` naming the first argument of `Transformer` that is invalid.
+
+    Other keyword arguments (the rest of a `ModelConfig`) are ignored.
+    """
     def fail(name, requirement):
         raise ValueError(f"Transformer argument {name}={arguments[name]!r} is invalid: "
                          f"{requirement}.")

@@ -17,17 +17,22 @@ import keras
 from keras_transformer import backup as backup_lib
 from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
-from keras_transformer import corpus, distribution, runs
+from keras_transformer import config_checks, corpus, distribution, runs
 from keras_transformer import tokenizer as tokenizer_lib
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, TargetTokens
 from keras_transformer.optimizer import make_optimizer, make_schedule
 
+
+class RunDirectoryError(ValueError):
+    """The run directory holds something else than this run; the message says what."""
+
+
 # Errors about the user's data, files or run, which command lines show as one line rather
 # than a traceback: each message names the file (or update) and the fix.
-USER_ERRORS = (corpus.CorpusError, corpus.CorpusFileNotFoundError,
+USER_ERRORS = (config_lib.ConfigError, corpus.CorpusError, corpus.CorpusFileNotFoundError,
                tokenizer_lib.TokenizerFileError, runs.WeightsFileError,
-               callbacks_lib.NonFiniteLossError)
+               backup_lib.BackupError, RunDirectoryError, callbacks_lib.NonFiniteLossError)
 
 # Fields that may differ when an existing run directory is trained again.
 _RESUMABLE_CHANGES = {("train", "epochs"), ("train", "time_budget_minutes")}
@@ -36,11 +41,12 @@ _RESUMABLE_CHANGES = {("train", "epochs"), ("train", "time_budget_minutes")}
 def train(config, run_dir, *, callbacks=(), verbose="auto"):
     """Trains a Transformer as `config` says and records everything in `run_dir`.
 
-    The corpus is read and validated first: if that (or building the tokenizer) fails,
-    a run directory this call created is removed again. On an existing run directory
-    the saved tokenizer is reused and training resumes from `backup/`; the config must
-    match the saved one (only `train.epochs` and `train.time_budget_minutes` may
-    change).
+    The config (`config_checks.check`) and the run directory's path are checked before
+    anything is written, and the corpus is read and validated next: if that (or
+    building the tokenizer) fails, a run directory this call created is removed again.
+    On an existing run directory the saved tokenizer is reused and training resumes
+    from `backup/`; the config must match the saved one (only `train.epochs` and
+    `train.time_budget_minutes` may change).
 
     Args:
         config: `Config`.
@@ -53,6 +59,10 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     Returns:
         The `keras.callbacks.History` of `model.fit`; the model is `history.model`.
     """
+    config_checks.check(config)
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise RunDirectoryError(f"{run_dir} is a file, not a run directory: train into "
+                                "a new --run-dir, or move the file away.")
     _check_translation_callbacks(config.train, callbacks)
     strategy = distribution.choose_strategy(config.train.devices)
     created = not os.path.exists(run_dir)
@@ -287,7 +297,18 @@ def make_datasets(config, tokenizer, splits, position=(0, 0)):
 
 def _read_corpus(data_config):
     """Reads and validates the training and validation text (raises on bad data)."""
-    return {split: corpus.load_split(data_config, split) for split in ("train", "validation")}
+    splits = {split: corpus.load_split(data_config, split)
+              for split in ("train", "validation")}
+    for split, text in splits.items():
+        if not len(text):  # train drops empty pairs, so its files may hold only those
+            stats = text.stats
+            problem = "are empty" if not stats.read else (
+                f"hold no usable pair ({stats.empty} of {stats.read} empty, "
+                f"{stats.too_long} too long)")
+            raise corpus.CorpusError(
+                f"{text.source_file} and {text.target_file} ({split}) {problem}: give "
+                "line-aligned sentences in both, or point DataConfig at other files.")
+    return splits
 
 
 def _check_same_run(config, saved, run_dir):
@@ -297,7 +318,7 @@ def _check_same_run(config, saved, run_dir):
                      if new[section][name] != old[section].get(name)
                      and (section, name) not in _RESUMABLE_CHANGES)
     if changed:
-        raise ValueError(
+        raise RunDirectoryError(
             f"{run_dir} holds a run with a different config ({', '.join(changed)} differ). "
             f"Resume it with --config {os.path.join(run_dir, runs.CONFIG)}, or train "
             "into a new --run-dir.")
