@@ -62,9 +62,7 @@ def average_run(run_dir, last=5, output=None):
             raise ValueError(f"--output {output}: Keras weights files end in .weights.h5; "
                              "name one that does.")
         output_paths.check_output_file("--output", output)
-    if not os.path.isfile(os.path.join(run_dir, runs.CONFIG)):
-        raise FileNotFoundError(f"{run_dir} is not a run directory (it has no {runs.CONFIG}):"
-                                " name a directory that train.py wrote.")
+    runs.check_run_dir(run_dir)
     checkpoint_dir = os.path.join(run_dir, runs.CHECKPOINTS)
     paths = callbacks_lib.list_checkpoints(checkpoint_dir)[-last:]
     if not paths:

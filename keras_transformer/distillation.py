@@ -27,7 +27,7 @@ import math
 import os
 import sys
 
-from keras_transformer import (corpus, exported, exporting, output_paths, runtimes,
+from keras_transformer import (corpus, exported, exporting, output_paths, runs, runtimes,
                                translate)
 from keras_transformer.config import Config
 
@@ -60,12 +60,8 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=True,
     """
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"The output folder {output_dir} is a file: name a folder.")
-    config_path = os.path.join(teacher_run, exported.CONFIG_FILE)
-    if not os.path.isfile(config_path):
-        raise FileNotFoundError(f"{teacher_run} is not a run directory (it has no "
-                                f"{exported.CONFIG_FILE}): name the teacher's run directory, "
-                                "the --run-dir it was trained with.")
-    config = Config.load(config_path)
+    runs.check_run_dir(teacher_run)
+    config = Config.load(os.path.join(teacher_run, exported.CONFIG_FILE))
     data = config.data
     if data.corpus != "multi30k":
         raise ValueError(

@@ -212,14 +212,10 @@ def _argument_problems(args):
     from keras_transformer import config as config_lib
     from keras_transformer import runs
     for run_dir in [args.run_dir, *args.ensemble]:
-        config_path = os.path.join(run_dir, runs.CONFIG)
-        if not os.path.isfile(config_path):
-            yield (f"{run_dir} is not a run directory (it has no {runs.CONFIG}): name a "
-                   "directory that train.py wrote.")
-            continue
         try:
-            config_lib.Config.load(config_path)
-        except ValueError as error:  # names the file and line
+            runs.check_run_dir(run_dir)
+            config_lib.Config.load(os.path.join(run_dir, runs.CONFIG))
+        except (FileNotFoundError, ValueError) as error:  # each names the file
             yield str(error)
     if args.max_output_length is not None and args.max_output_length < 1:
         yield f"--max-output-length must be at least 1, got {args.max_output_length}."

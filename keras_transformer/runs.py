@@ -43,6 +43,13 @@ def default_run_dir(name, config, root="runs"):
                               f"{config.data.target_language}")
 
 
+def check_run_dir(run_dir):
+    """Raises `FileNotFoundError` saying so when `run_dir` holds no run's config."""
+    if not os.path.isfile(os.path.join(run_dir, CONFIG)):
+        raise FileNotFoundError(f"{run_dir} is not a run directory (it has no {CONFIG}): "
+                                "name a directory that train.py wrote (its --run-dir).")
+
+
 def build_model(config):
     """Returns the (built, uncompiled) `Transformer` that `config.model` describes."""
     from keras_transformer.model import Transformer
@@ -74,8 +81,9 @@ def find_weights(run_dir, weights=None):
         path = named.get(weights, weights)
         if path and os.path.exists(path):
             return path
+    named_weights = f" {weights}" if weights else ""
     raise FileNotFoundError(
-        f"No weights{f' {weights}' if weights else ''} in {run_dir!r}: train first (python train.py "
+        f"No weights{named_weights} in {run_dir!r}: train first (python train.py "
         f"--run-dir {run_dir}), or name a file ('averaged', 'final', 'latest' or a path).")
 
 
