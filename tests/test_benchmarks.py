@@ -75,6 +75,7 @@ def test_keras_hub_baseline_has_our_size():
     assert keras_hub.count_params() - ours.count_params() == 32 * 16
 
 
+@pytest.mark.slow
 def test_train_throughput_times_one_model(tmp_path):
     result = _run(train_throughput.main, [
         "--model", "keras_hub", "--batch-tokens", "256", "--num-pairs", "200",
@@ -88,6 +89,7 @@ MFU_TINY_MODEL = ["vocabulary_size=300", "num_layers=1", "hidden_dim=16",
                   "intermediate_dim=32", "num_heads=2"]
 
 
+@pytest.mark.slow
 def test_mfu_counts_model_flops_and_divides_by_the_peak(tmp_path):
     path = tmp_path / "mfu.json"
     mfu.main(["--preset", "paper_base", *MFU_TINY_MODEL, "batch_tokens=64", "--length", "8",
@@ -150,6 +152,7 @@ def _check_decoding(result, decoders, batch_sizes, output_length):
     assert expected and result["ratios"] == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_decode_throughput_forces_the_output_length(tmp_path):
     # The exported decoders: the slow test and cold start.
     decoders = ["cached", "uncached", "cached_xla"]
@@ -166,6 +169,7 @@ def test_decode_throughput_runs_every_decoder(tmp_path):
     _check_decoding(result, list(decode_throughput.DECODERS), [2], 4)
 
 
+@pytest.mark.slow
 def test_portable_greedy_loops_decode_as_the_shipped_decoder_and_time_every_batch(tmp_path):
     path = tmp_path / "greedy.json"
     portable_greedy.main(["--preset", "paper_base", *MFU_TINY_MODEL, "--variants", "float32",
@@ -198,6 +202,7 @@ def test_portable_greedy_loops_decode_as_the_shipped_decoder_and_time_every_batc
         np.testing.assert_array_equal(ids, expected, err_msg=decoder)
 
 
+@pytest.mark.slow
 def test_cold_start_times_a_fresh_process(tmp_path):
     result = _run(cold_start.main, ["--runs", "1", "--output-length", "4"], tmp_path)
     (row,) = result["rows"]
@@ -265,6 +270,7 @@ def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
         result["rows"][0]["median_seconds"] / result["rows"][1]["median_seconds"])
 
 
+@pytest.mark.slow
 def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpus_dir):
     from keras_transformer import corpus, runs, serving
 
@@ -298,6 +304,7 @@ def _assert_scores_beam_search(row, translator, sources, references):
     assert row["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
 
 
+@pytest.mark.slow
 def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path,
                                                                         fixture_corpus_dir):
     import keras

@@ -125,6 +125,7 @@ def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs):
     assert status == 1
 
 
+@pytest.mark.slow
 def test_the_exported_ensemble_translates_as_the_ensemble_in_memory(run_dirs, tmp_path):
     output_dir, report = exporting.export_run(
         run_dirs["a"], weights="final", output_dir=str(tmp_path / "export"),

@@ -20,6 +20,7 @@ def logits(model, source, target):
     return ops.convert_to_numpy(model({"source_ids": source, "target_ids": target}))
 
 
+@pytest.mark.slow
 def test_paper_base_has_the_papers_parameter_count():
     count = Transformer.from_preset("paper_base", vocabulary_size=37000).count_params()
     assert 63e6 <= count <= 65e6, count

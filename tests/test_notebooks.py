@@ -116,6 +116,7 @@ def test_notebooks_are_committed_without_outputs(path):
                 f"{path.name} has outputs: clear them before committing")
 
 
+@pytest.mark.slow
 def test_walkthrough_runs_and_reproduces_the_hand_computed_attention(
         tmp_path, fixture_corpus_dir):
     notebook = execute("walkthrough.ipynb", {
