@@ -169,7 +169,6 @@ def test_overrides_may_come_between_options():
     assert arguments.run_dir == "elsewhere"
 
 
-
 def test_a_backup_keras_cannot_restore_is_a_user_error(tmp_path):
     def fit(**backup_options):
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
