@@ -116,7 +116,8 @@ class RollingCheckpoint(keras.callbacks.Callback):
         if every_steps < 1:
             raise ValueError(f"every_steps must be at least 1, got {every_steps}.")
         if keep is not None and keep < 0:
-            # `[:-keep]` would then delete all but the oldest: refuse instead.
+            # `[:-keep]` would be `[:1]`: every save would delete the oldest checkpoint,
+            # so that none survives. Refused instead.
             raise ValueError(f"keep must be at least 0 (0 keeps all), got {keep}.")
         self.directory = os.fspath(directory)
         self.every_steps = every_steps

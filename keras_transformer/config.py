@@ -279,4 +279,3 @@ def _parse_value(text):
     except json.JSONDecodeError:
         return text
     return tuple(value) if isinstance(value, list) else value
-

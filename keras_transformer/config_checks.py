@@ -108,7 +108,11 @@ def _type_name(annotation):
     if isinstance(annotation, types.UnionType):
         return " or ".join(map(_type_name, typing.get_args(annotation)))
     if typing.get_origin(annotation) is tuple:
-        return "a list of " + " and ".join(map(_type_name, dict.fromkeys(
-            argument for argument in typing.get_args(annotation) if argument is not Ellipsis)))
+        items = dict.fromkeys(argument for argument in typing.get_args(annotation)
+                              if argument is not Ellipsis)
+        return "a list of " + " and ".join(_PLURALS[item] for item in items)
     return {int: "an integer", float: "a number", bool: "true or false",
             str: "a string"}[annotation]
+
+
+_PLURALS = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}

@@ -66,10 +66,10 @@ class Transformer(keras.Model):
                  tie_embeddings=True, normalize_first=False, layer_norm_epsilon=1e-6,
                  use_fused_attention=False, **kwargs):
         check_arguments(vocabulary_size=vocabulary_size, num_layers=num_layers,
-                         hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
-                         num_heads=num_heads, dropout=dropout,
-                         attention_dropout=attention_dropout, max_length=max_length,
-                         pad_id=pad_id)
+                        hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
+                        num_heads=num_heads, dropout=dropout,
+                        attention_dropout=attention_dropout, max_length=max_length,
+                        pad_id=pad_id)
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
