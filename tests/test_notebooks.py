@@ -132,6 +132,7 @@ def test_walkthrough_runs_and_reproduces_the_hand_computed_attention(
     assert image_count(notebook) == 10
 
 
+@pytest.mark.slow
 def test_quickstart_trains_exports_translates_and_scores(tmp_path, fixture_corpus_dir):
     run_dir = tmp_path / "run"
     notebook = execute("quickstart.ipynb", {
