@@ -225,9 +225,11 @@ class Transformer(keras.Model):
         """
         x = self._target_embedding(ops.expand_dims(token_ids, 1), start_position=index,
                                    training=False)  # (B, 1, D)
+        # One row per sentence (see `MultiHeadAttention.attend_cached`).
+        x = ops.reshape(x, (-1, self.hidden_dim))  # (B, D)
         cross_mask = masks.key_padding_attention_mask(cache["source_padding_mask"])
-        x, cache = self.decoder.decode_step(x, cache, index, cross_mask)  # (B, 1, D)
-        return self._step_logits(x[:, 0, :]), cache
+        x, cache = self.decoder.decode_step(x, cache, index, cross_mask)  # (B, D)
+        return self._step_logits(x), cache
 
     def _step_logits(self, hidden):
         """Returns float32 logits `(B, V)` for one position's hidden state `(B, D)`."""

@@ -257,6 +257,7 @@ def _untrained_run(tmp_path, fixture_corpus_dir):
     return run_dir
 
 
+@pytest.mark.slow
 def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
                                                                    fixture_corpus_dir):
     run_dir = _untrained_run(tmp_path, fixture_corpus_dir)

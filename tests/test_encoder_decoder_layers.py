@@ -67,9 +67,8 @@ def test_decode_step_writes_the_full_pass_projections_at_its_position_only():
              "self_values": np.zeros((2, 2, 7, 4), "float32"),
              "cross_keys": cross_keys, "cross_values": cross_values}
     for index in range(4):
-        step, cache = layer.decode_step(x[:, index:index + 1], cache, index,
-                                        np.ones((2, 1, 6), bool))
-        np.testing.assert_allclose(ops.convert_to_numpy(step)[:, 0], full[:, index],
+        step, cache = layer.decode_step(x[:, index], cache, index, np.ones((2, 1, 6), bool))
+        np.testing.assert_allclose(ops.convert_to_numpy(step), full[:, index],
                                    rtol=1e-5, atol=1e-5)
         for name in ("self_keys", "self_values"):
             written = ops.convert_to_numpy(cache[name])

@@ -85,9 +85,9 @@ class MultiHeadAttention(keras.layers.Layer):
     boolean `attention_mask` says which keys each query may see; callers build it from
     token ids (see `masks.py`). Keys and values can be projected once and reused
     (`project_key_value` + `attend`). Cached decoding does the same with keys `(B, H,
-    K, L)` and values `(B, H, L, K)` (`project_cached_key_value` + `attend_cached`), the
-    layouts the attention matmuls read, so that a decoding step never transposes its
-    cache.
+    K, L)` and values `(B, H, L, K)` (`project_cached_key_value`, `project_step_key_value`
+    + `attend_cached`), the layouts the attention matmuls read, so that a decoding step
+    never transposes its cache.
 
     The fused path calls `keras.ops.dot_product_attention` (cuDNN/flash kernels on GPU)
     and computes the same function; it is used only when weights are not requested and
@@ -171,20 +171,35 @@ class MultiHeadAttention(keras.layers.Layer):
         keys, values = self.project_key_value(key, value)  # (B, S, H, K)
         return ops.transpose(keys, (0, 2, 3, 1)), ops.transpose(values, (0, 2, 1, 3))
 
+    def project_step_key_value(self, x):
+        """Returns the key `(B, H, K, 1)` and value `(B, H, 1, K)` of one position `(B, D)`.
+
+        The cache layouts of `project_cached_key_value` for a single position, reached
+        by reshapes alone: with one position, the transposed key has the same memory
+        order as the projection.
+        """
+        keys = ops.reshape(self.key_projection(x), (-1, self.num_heads, self.head_dim, 1))
+        values = ops.reshape(self.value_projection(x), (-1, self.num_heads, 1, self.head_dim))
+        return keys, values
+
     def attend_cached(self, query, keys, values, attention_mask=None):
-        """Attends from `query` `(B, T, D)` to cached `keys` `(B, H, K, S)` and `values`
-        `(B, H, S, K)` (see `project_cached_key_value`).
+        """Attends from one position per sentence, `query` `(B, D)`, to cached `keys`
+        `(B, H, K, S)` and `values` `(B, H, S, K)` (see `project_cached_key_value`).
 
         Inference only (no dropout, no weights returned). Never fused: with the one
         query position of a decoding step there is nothing for a fused kernel to save.
+        A step runs on `(B, D)` rows rather than `(B, 1, D)` sequences: every
+        projection is then one plain matmul, and every change of layout a reshape with
+        static sizes, where a length axis of 1 made Keras lower each projection to a
+        `tensordot` and each head split to shape arithmetic and a transpose: half of a
+        step's graph nodes (BENCHMARKS.md, "A decoding step on rows").
+        Returns `(B, output_dim)`.
         """
-        query_heads = ops.transpose(self._split_heads(self.query_projection(query)),
-                                    (0, 2, 1, 3))  # (B, H, T, K)
-        context = head_first_attention(query_heads, keys, values, attention_mask)  # (B, H, T, K)
-        batch, length = ops.shape(query)[0], ops.shape(query)[1]
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
-                              (batch, length, self.num_heads * self.head_dim))
-        return self.output_projection(context)  # (B, T, output_dim)
+        query_heads = ops.reshape(self.query_projection(query),
+                                  (-1, self.num_heads, 1, self.head_dim))  # (B, H, 1, K)
+        context = head_first_attention(query_heads, keys, values, attention_mask)  # (B, H, 1, K)
+        context = ops.reshape(context, (-1, self.num_heads * self.head_dim))  # (B, H·K)
+        return self.output_projection(context)  # (B, output_dim)
 
     def attend(self, query, keys, values, attention_mask=None,
                return_attention_scores=False, training=None):

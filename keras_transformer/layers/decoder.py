@@ -75,7 +75,7 @@ class Decoder(keras.layers.Layer):
         return [keys for keys, _ in projected], [values for _, values in projected]
 
     def decode_step(self, x, cache, index, cross_attention_mask):
-        """Runs one position `(B, 1, D)` through every layer; returns `(x, cache)`.
+        """Runs one position `(B, D)` through every layer; returns `(x, cache)`.
 
         `cache` holds per-layer lists `self_keys`, `self_values`, `cross_keys`,
         `cross_values` (see `DecoderLayer.decode_step`); other entries pass through.
@@ -89,7 +89,7 @@ class Decoder(keras.layers.Layer):
             for name in names:
                 updated[name][i] = layer_cache[name]
         cache.update(updated)
-        x = x if self.output_norm is None else self.output_norm(x)  # (B, 1, D)
+        x = x if self.output_norm is None else self.output_norm(x)  # (B, D)
         return x, cache
 
     def compute_output_shape(self, x_shape, encoder_output_shape=None):

@@ -121,10 +121,11 @@ class DecoderLayer(keras.layers.Layer):
 
         The cache is laid out as the attention reads it (see
         `MultiHeadAttention.attend_cached`), and only position `index` is written
-        (`write_position`).
+        (`write_position`). A step works on `(B, D)` rows, one position per sentence,
+        which keeps every projection a plain matmul.
 
         Args:
-            x: float tensor `(B, 1, D)`, the embedded token at position `index`.
+            x: float tensor `(B, D)`, the embedded token at position `index`.
             cache: dict of `self_keys` `(B, H, K, T_max)` and `self_values` `(B, H,
                 T_max, K)` (positions before `index` filled), and `cross_keys` `(B, H,
                 K, S)` and `cross_values` `(B, H, S, K)`.
@@ -132,13 +133,13 @@ class DecoderLayer(keras.layers.Layer):
             cross_attention_mask: bool `(B, 1, S)`: source padding.
 
         Returns:
-            `(x, cache)`: `(B, 1, D)` and the cache with position `index` written.
+            `(x, cache)`: `(B, D)` and the cache with position `index` written.
         """
         cache = dict(cache)
         cache_length = ops.shape(cache["self_values"])[2]
 
         def self_attend(h):
-            keys, values = self.self_attention.project_cached_key_value(h, h)  # (B, H, K, 1), (B, H, 1, K)
+            keys, values = self.self_attention.project_step_key_value(h)  # (B, H, K, 1), (B, H, 1, K)
             cache["self_keys"] = write_position(cache["self_keys"], index, keys, axis=3)
             cache["self_values"] = write_position(cache["self_values"], index, values, axis=2)
             visible = ops.expand_dims(causal_mask(1, cache_length, query_offset=index), 0)  # (1, 1, T_max)
@@ -149,7 +150,7 @@ class DecoderLayer(keras.layers.Layer):
             return self.cross_attention.attend_cached(
                 h, cache["cross_keys"], cache["cross_values"], cross_attention_mask)
 
-        x = self._sublayers(x, self_attend, cross_attend, training=False)  # (B, 1, D)
+        x = self._sublayers(x, self_attend, cross_attend, training=False)  # (B, D)
         return x, cache
 
     def compute_output_shape(self, x_shape, encoder_output_shape=None):
