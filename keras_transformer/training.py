@@ -230,9 +230,17 @@ def prepare_run_dir(config, run_dir, train_text):
     The returned config has `model.vocabulary_size` equal to the tokenizer's.
     """
     tokenizer_dir = os.path.join(run_dir, runs.TOKENIZER)
+    config_path = os.path.join(run_dir, runs.CONFIG)
     if os.path.isdir(tokenizer_dir):
         tokenizer = tokenizer_lib.Tokenizer.load(tokenizer_dir)
     else:
+        if os.path.exists(config_path):
+            # A run's config without its tokenizer: refuse a differing config before
+            # training a tokenizer into that run's directory. The vocabulary size is
+            # checked below, once the tokenizer says what it is.
+            saved = config_lib.Config.load(config_path)
+            _check_same_run(dataclasses.replace(config, model=dataclasses.replace(
+                config.model, vocabulary_size=saved.model.vocabulary_size)), saved, run_dir)
         # §3.4: one vocabulary shared by both languages, as the tied embeddings need.
         lines = train_text.source_lines + train_text.target_lines
         tokenizer = tokenizer_lib.train_tokenizer(lines, config.model.vocabulary_size)
@@ -248,7 +256,6 @@ def prepare_run_dir(config, run_dir, train_text):
                         tokenizer.vocabulary_size)
         config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, vocabulary_size=tokenizer.vocabulary_size))
-    config_path = os.path.join(run_dir, runs.CONFIG)
     if os.path.exists(config_path):
         _check_same_run(config, config_lib.Config.load(config_path), run_dir)
     if distribution.is_chief():

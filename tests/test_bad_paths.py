@@ -153,3 +153,44 @@ def test_export_checks_its_arguments_before_building_the_model(tmp_path, capsys)
             exporting.main(list(arguments))
         assert raised.value.code == 2
         assert message in capsys.readouterr().err, arguments
+
+
+@pytest.fixture
+def run_without_weights(tmp_path, fixture_corpus_dir):
+    """A run directory with a config and a tokenizer, and no weights yet."""
+    from keras_transformer import corpus
+    from keras_transformer.tokenizer import train_tokenizer
+    lines = [*corpus.read_lines(fixture_corpus_dir / "train.en.gz"),
+             *corpus.read_lines(fixture_corpus_dir / "train.de.gz")]
+    tokenizer = train_tokenizer(lines, 64, verbose=False)
+    config = config_lib.override(config_lib.preset_config("tiny"), [
+        f"vocabulary_size={tokenizer.vocabulary_size}", "num_layers=1"])
+    run = tmp_path / "run"
+    run.mkdir()
+    config.save(str(run / "config.json"))
+    tokenizer.save(str(run / "tokenizer"))
+    return run
+
+
+def test_export_names_the_run_file_it_cannot_load_and_writes_nothing(run_without_weights,
+                                                                     capsys):
+    run = run_without_weights
+    weights = run / "model.weights.h5"
+    tokenizer_model = run / "tokenizer" / "tokenizer.model"
+    intact_tokenizer = tokenizer_model.read_bytes()
+
+    def export_failure():
+        assert exporting.main([str(run), "--no-quantize"]) == 1
+        message = capsys.readouterr().out
+        assert message.startswith("Export failed: ") and "Traceback" not in message
+        assert not (run / "export").exists()
+        return message
+
+    message = export_failure()
+    assert "No weights in" in message and "train first" in message
+    weights.write_bytes(b"\x89HDF\r\n\x1a\n truncated")
+    assert f"{weights}: cannot load these weights" in export_failure()
+    tokenizer_model.write_bytes(intact_tokenizer[:100])
+    assert f"{tokenizer_model}: content does not match the SHA-256" in export_failure()
+    tokenizer_model.unlink()
+    assert str(tokenizer_model) in export_failure()

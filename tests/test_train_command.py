@@ -98,6 +98,9 @@ def test_a_run_directory_with_another_config_is_named(tmp_path, fixture_corpus_d
     message = train_error(*tiny(fixture_corpus_dir, run_dir))
     assert "holds a run with a different config" in message and "model.dropout" in message
     assert config_lib.Config.load(run_dir / "config.json") == other
+    # Refused before a tokenizer is trained into the directory, where the run's own
+    # config would later find one made under another config.
+    assert [path.name for path in run_dir.iterdir()] == ["config.json"]
 
 
 def test_a_truncated_run_config_is_named(tmp_path, fixture_corpus_dir):
