@@ -6,9 +6,10 @@ wrapped so that END never wins (its logit is replaced by -1e9), which is what ma
 cached/uncached ratio a statement about length-50 outputs rather than about when a
 random model happens to stop. In-process decoders run inside one `tf.function`
 (`decoding.decode_function`), the `_xla` ones compiled with XLA; the SavedModel is
-loaded back with `tf.saved_model.load` and the `.tflite` file runs in LiteRT, both
-through their `serving_default` signature (tokenize → decode → detokenize). The first
-call of each is a warm-up (tracing, and XLA compilation).
+loaded back with `tf.saved_model.load` and the `.tflite` files (float, and with the
+export's dynamic-range quantization: int8 weights) run in LiteRT, all through their
+`serving_default` signature (tokenize → decode → detokenize). The first call of each is
+a warm-up (tracing, and XLA compilation).
 
     python -m benchmarks.decode_throughput                        # all, batch 1 and 32
     python -m benchmarks.decode_throughput --decoders cached uncached --batch-sizes 1
@@ -32,7 +33,7 @@ from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.tokenizer import END_ID  # noqa: E402
 
 DECODERS = ("cached", "uncached", "beam4", "cached_xla", "uncached_xla", "beam4_xla",
-            "saved_model", "tflite")
+            "saved_model", "tflite", "tflite_quantized")
 
 
 def parse_arguments(argv=None):
@@ -106,7 +107,8 @@ def make_decoders(names, model, translator, scratch):
         elif name == "saved_model":
             decoders[name] = _saved_model_decoder(translator, scratch)
         else:
-            decoders[name] = _tflite_decoder(translator, scratch)
+            decoders[name] = _tflite_decoder(translator, scratch,
+                                             quantize=name == "tflite_quantized")
     return decoders
 
 
@@ -117,12 +119,13 @@ def _saved_model_decoder(translator, scratch):
     return lambda sentences: function(sentences=tf.constant(sentences))["token_ids"].numpy()
 
 
-def _tflite_decoder(translator, scratch):
+def _tflite_decoder(translator, scratch, quantize=False):
     import tensorflow_text
     from ai_edge_litert.interpreter import InterpreterWithCustomOps
-    path = os.path.join(scratch, "translator.tflite")
+    path = os.path.join(scratch, "translator-quantized.tflite" if quantize
+                        else "translator.tflite")
     with open(path, "wb") as file:
-        file.write(serving.convert_to_tflite(translator))
+        file.write(serving.convert_to_tflite(translator, quantize=quantize))
     interpreter = InterpreterWithCustomOps(
         model_path=path,
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
@@ -197,17 +200,23 @@ def main(argv=None):
     common.write_json(arguments.json, result)
 
 
+# Decoders whose ids need not equal the cached greedy decoder's: beam search, and the
+# int8 weights of the quantized TFLite model.
+NOT_COMPARED = ("beam4", "beam4_xla", "tflite_quantized")
+
+
 def _compare_with_cached(rows, outputs):
     """Marks whether each greedy decoder's ids equal the cached decoder's."""
     for row in rows:
-        if not row["decoder"].startswith("beam4") and "cached" in outputs:
+        if row["decoder"] not in NOT_COMPARED and "cached" in outputs:
             row["same_as_cached"] = bool(np.array_equal(outputs[row["decoder"]],
                                                         outputs["cached"]))
 
 
 # (faster, reference) decoder pairs whose tokens/s ratio is reported at each batch size.
 RATIOS = [("cached", "uncached"), ("cached_xla", "uncached"), ("cached_xla", "uncached_xla"),
-          ("cached_xla", "cached"), ("beam4_xla", "beam4")]
+          ("cached_xla", "cached"), ("beam4_xla", "beam4"), ("tflite", "uncached"),
+          ("tflite_quantized", "uncached")]
 
 
 def _ratios(rows):
