@@ -231,14 +231,14 @@ def prepare_run_dir(config, run_dir, train_text):
     """
     tokenizer_dir = os.path.join(run_dir, runs.TOKENIZER)
     config_path = os.path.join(run_dir, runs.CONFIG)
+    saved = config_lib.Config.load(config_path) if os.path.exists(config_path) else None
     if os.path.isdir(tokenizer_dir):
         tokenizer = tokenizer_lib.Tokenizer.load(tokenizer_dir)
     else:
-        if os.path.exists(config_path):
+        if saved is not None:
             # A run's config without its tokenizer: refuse a differing config before
             # training a tokenizer into that run's directory. The vocabulary size is
             # checked below, once the tokenizer says what it is.
-            saved = config_lib.Config.load(config_path)
             _check_same_run(dataclasses.replace(config, model=dataclasses.replace(
                 config.model, vocabulary_size=saved.model.vocabulary_size)), saved, run_dir)
         # §3.4: one vocabulary shared by both languages, as the tied embeddings need.
@@ -256,8 +256,8 @@ def prepare_run_dir(config, run_dir, train_text):
                         tokenizer.vocabulary_size)
         config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, vocabulary_size=tokenizer.vocabulary_size))
-    if os.path.exists(config_path):
-        _check_same_run(config, config_lib.Config.load(config_path), run_dir)
+    if saved is not None:
+        _check_same_run(config, saved, run_dir)
     if distribution.is_chief():
         config.save(config_path)
     return config, tokenizer
