@@ -19,8 +19,11 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import averaging, callbacks, corpus, runs, serving  # noqa: E402
-from keras_transformer.bleu_callback import BEST_INFO, BEST_WEIGHTS  # noqa: E402
+from keras_transformer import files
+from keras_transformer.data import corpus
+from keras_transformer.files import BEST_INFO, BEST_WEIGHTS  # noqa: E402
+from keras_transformer.serving import translator as serving  # noqa: E402
+from keras_transformer.training import averaging, callbacks, runs
 
 
 def parse_arguments(argv=None):
@@ -48,7 +51,7 @@ def weight_sets(run_dir, counts=None):
         FileNotFoundError: when the run has no checkpoints.
         ValueError: when a count is below 1 or above the number of checkpoints kept.
     """
-    checkpoints = callbacks.list_checkpoints(os.path.join(run_dir, runs.CHECKPOINTS))
+    checkpoints = callbacks.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
     if not checkpoints:
         raise FileNotFoundError(f"No checkpoints in {run_dir}: train first.")
     counts = counts or range(1, len(checkpoints) + 1)
@@ -58,14 +61,14 @@ def weight_sets(run_dir, counts=None):
             raise ValueError(f"--counts: {count} is not between 1 and the {len(checkpoints)} "
                              f"checkpoints kept in {run_dir}.")
         chosen = checkpoints[-count:]
-        steps = [int(callbacks.CHECKPOINT_PATTERN.match(os.path.basename(path)).group(1))
+        steps = [int(files.CHECKPOINT_PATTERN.match(os.path.basename(path)).group(1))
                  for path in chosen]
         label = (f"last checkpoint (step {steps[0]})" if count == 1 else
                  f"mean of the last {count} (steps {steps[0]}–{steps[-1]})")
         sets.append((label, chosen))
-    best = os.path.join(run_dir, runs.CHECKPOINTS, BEST_WEIGHTS)
+    best = os.path.join(run_dir, files.CHECKPOINTS, BEST_WEIGHTS)
     if os.path.exists(best):
-        with open(os.path.join(run_dir, runs.CHECKPOINTS, BEST_INFO), encoding="utf-8") as file:
+        with open(os.path.join(run_dir, files.CHECKPOINTS, BEST_INFO), encoding="utf-8") as file:
             record = json.load(file)
         sets.append((f"best validation BLEU (step {record['step']}, "
                      f"{record['bleu']:.1f} on {record['sentences']} sentences)", [best]))

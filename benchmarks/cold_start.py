@@ -60,7 +60,7 @@ def first_translation(path):
 def export_random_model(arguments, directory):
     """Exports the decoding benchmark's random-init translator; returns its path."""
     from benchmarks import decode_throughput
-    from keras_transformer import serving
+    from keras_transformer.serving import translator as serving
     _, translator = decode_throughput.build(arguments)
     path = os.path.join(directory, "saved_model")
     serving.save_saved_model(translator, path)

@@ -38,7 +38,7 @@ def machine():
     """Returns the CPU (model, family, vector extensions), cores, accelerators and versions."""
     import keras
 
-    from keras_transformer.cpu import cpu_info
+    from keras_transformer.training.distribution import cpu_info
     fields = cpu_info()
     flags = set(fields.get("flags", "").split())
     facts = {"cpu": fields.get("model name", "unknown"),
@@ -199,7 +199,7 @@ def run_json_subprocess(module, arguments, json_path, timeout=None):
 class SyntheticText:
     """Parallel "sentences" of space-separated token ids, shaped like `ParallelText`.
 
-    `data.make_dataset` reads `source_lines`/`target_lines` and, on error, the file
+    `batching.make_dataset` reads `source_lines`/`target_lines` and, on error, the file
     names; with `IdTokenizer` it yields exactly the batches it yields for real text.
     """
 
@@ -257,7 +257,7 @@ def _pseudo_words(count):
 
 def small_tokenizer(seed=0):
     """Returns a `Tokenizer` trained on `pseudo_sentences`: about one piece per word."""
-    from keras_transformer import tokenizer as tokenizer_lib
+    from keras_transformer.data import tokenizer as tokenizer_lib
     return tokenizer_lib.train_tokenizer(pseudo_sentences(3000, seed=seed), 512,
                                          verbose=False)
 
@@ -286,11 +286,11 @@ def add_run_arguments(parser, default_weights=None):
 
 def read_split(data_config, split, sentences=None):
     """Returns `(sources, references)`: the first `sentences` lines (all for `None`) of a split."""
-    from keras_transformer import corpus
+    from keras_transformer.data import corpus, text
 
     source_path, reference_path = corpus.corpus_files(data_config, split)
-    return (corpus.read_lines(source_path)[:sentences],
-            corpus.read_lines(reference_path)[:sentences])
+    return (text.read_lines(source_path)[:sentences],
+            text.read_lines(reference_path)[:sentences])
 
 
 def score_beam_search(translator, sources, references, batch_size=64):
@@ -304,11 +304,12 @@ def score_beam_search(translator, sources, references, batch_size=64):
 
     import tensorflow as tf
 
-    from keras_transformer import evaluation, runtimes
+    from keras_transformer import evaluation
+    from keras_transformer.serving import runners
 
     def runner(sentences):
         return {key: value.numpy() for key, value in translator.translate_beam(
-            tf.constant(runtimes.encode_sentences(sentences))).items()}
+            tf.constant(runners.encode_sentences(sentences))).items()}
 
     started = time.perf_counter()
     hypotheses = evaluation.translate_file_lines(runner, sources, batch_size, verbose=False)

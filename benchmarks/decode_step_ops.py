@@ -13,7 +13,7 @@ what the model does now (imported from it, so this keeps timing the real code):
   one row per sentence (batch-major cache `(B, C, H, K)`); the model's `write_position`
   into values `(B, H, C, K)` and into transposed keys `(B, H, K, C)`;
 - attention read: transpose the cache every step; keys kept `(B, H, K, C)` and values
-  `(B, H, C, K)`, transposed once outside the loop; the model's `head_first_attention`
+  `(B, H, C, K)`, transposed once outside the loop; the model's `scaled_dot_product_attention`
   on that layout (its scale and float32 softmax included);
 - output projection: `matmul(h, transpose(E))` (transposed weights, as tied); a `(D, V)`
   copy made once per decode call; the model's `tied_step_logits`, (E·hᵀ)ᵀ.
@@ -31,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from keras_transformer.layers.attention import head_first_attention  # noqa: E402
+from keras_transformer.layers.attention import scaled_dot_product_attention  # noqa: E402
 from keras_transformer.layers.decoder_layer import write_position  # noqa: E402
 from keras_transformer.model import tied_step_logits  # noqa: E402
 
@@ -89,7 +89,7 @@ def variants(arguments):
         return s + tf.matmul(tf.nn.softmax(tf.matmul(query, keys_once)), values_once)
 
     def model_read(i, s):
-        return s + head_first_attention(query, keys_once, values_once)
+        return s + scaled_dot_product_attention(query, keys_once, values_once)[0]
 
     def project_transposed(i, s):
         return s + tf.matmul(hidden, embeddings, transpose_b=True)
@@ -113,7 +113,7 @@ def variants(arguments):
                                                              tf.zeros_like(query)),
             ("attention read", "head-major cache"): loop(read_head_major,
                                                          tf.zeros_like(query)),
-            ("attention read", "model: head_first_attention"): loop(model_read,
+            ("attention read", "model: scaled_dot_product_attention"): loop(model_read,
                                                                     tf.zeros_like(query)),
             ("output projection", "transposed E"): loop(project_transposed, logits),
             ("output projection", "(D, V) copy once"): loop(project_once, logits),

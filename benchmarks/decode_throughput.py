@@ -28,9 +28,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import decoding, serving  # noqa: E402
+from keras_transformer import decoding, files
+from keras_transformer.data.tokenizer import END_ID  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
-from keras_transformer.tokenizer import END_ID  # noqa: E402
+from keras_transformer.serving import translator as serving  # noqa: E402
 
 DECODERS = ("cached", "uncached", "beam4", "cached_xla", "uncached_xla", "beam4_xla",
             "saved_model", "tflite", "tflite_quantized")
@@ -115,7 +116,7 @@ def make_decoders(names, model, translator, scratch):
 def _saved_model_decoder(translator, scratch):
     directory = os.path.join(scratch, "saved_model")
     serving.save_saved_model(translator, directory)
-    function = tf.saved_model.load(directory).signatures[serving.GREEDY_SIGNATURE]
+    function = tf.saved_model.load(directory).signatures[files.GREEDY_SIGNATURE]
     return lambda sentences: function(sentences=tf.constant(sentences))["token_ids"].numpy()
 
 
@@ -129,7 +130,7 @@ def _tflite_decoder(translator, scratch, quantize=False):
     interpreter = InterpreterWithCustomOps(
         model_path=path,
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
-    runner = interpreter.get_signature_runner(serving.GREEDY_SIGNATURE)
+    runner = interpreter.get_signature_runner(files.GREEDY_SIGNATURE)
     return lambda sentences: runner(sentences=np.array(
         [sentence.encode() for sentence in sentences], dtype=object))["token_ids"]
 

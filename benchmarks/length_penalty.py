@@ -17,7 +17,9 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import corpus, runs, serving  # noqa: E402
+from keras_transformer.data import corpus
+from keras_transformer.serving import translator as serving  # noqa: E402
+from keras_transformer.training import runs
 
 
 def parse_arguments(argv=None):

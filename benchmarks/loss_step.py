@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from keras_transformer.losses import LabelSmoothedCrossEntropy  # noqa: E402
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy  # noqa: E402
 
 
 def parse_arguments(argv=None):

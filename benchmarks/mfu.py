@@ -120,9 +120,9 @@ def synthetic_batches(vocabulary_size, batch_size, length, count, seed=0):
 
 
 def build_and_compile(model_config, train_config, variant, arguments):
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.model import Transformer
-    from keras_transformer.optimizer import make_optimizer
+    from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.training.optimization import make_optimizer
     policy, _, option = variant.partition("+")
     if option not in ("", "fused"):
         raise ValueError(f"Unknown variant option {option!r} in {variant!r}: "

@@ -21,7 +21,7 @@ TensorFlow, which tokenizes the text and exports and scores the model.
 
 Kept from `training.train`: the config, the initial weights (built here from the
 config's seed, as `training.train` builds them), the batches and their order
-(`data.pass_batch_indices`; padded to one shape that fits them all, or with `--pad
+(`pass_batch_indices`; padded to one shape that fits them all, or with `--pad
 bucket` to their bucket's, with ids of loss weight 0 that attention masks), the
 label-smoothed loss, Adam with the warmup schedule and its cooldown, and the rolling
 checkpoints. Not kept: the random dropout masks and the arithmetic (the backend's own);
@@ -43,9 +43,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import callbacks as callbacks_lib  # noqa: E402
 from keras_transformer import config as config_lib  # noqa: E402
-from keras_transformer import runs  # noqa: E402
+from keras_transformer import files
+from keras_transformer.data import batching
+from keras_transformer.data import pairs as pairs_lib
+from keras_transformer.training import callbacks as callbacks_lib  # noqa: E402
+from keras_transformer.training import runs  # noqa: E402
 
 BUNDLE_CONFIG = "config.json"
 BUNDLE_INFO = "bundle.json"
@@ -54,6 +57,46 @@ INITIAL_WEIGHTS = "initial.weights.h5"
 TRAINED_RECORD = "training.json"
 TRAINED_CHECKPOINTS = "checkpoints"
 ROW_NAMES = ("source_ids", "target_ids", "targets")
+
+
+
+def pass_batch_indices(pairs, *, batch_tokens, max_length, pass_index=0, seed=0,
+                       shuffle=True):
+    """The batches of one pass of `batch_pairs`, as pair indices and padded shapes.
+
+    For training outside TensorFlow: gathering the rows
+    of `pairs` at these indices and padding them to these shapes gives the batches that
+    `batch_pairs(pairs, ..., seed=seed, repeat=True, pad_to_bucket=True)` makes of pass
+    `pass_index`, in the same order.
+
+    Args:
+        pairs: `TokenizedPairs` without segmentation candidates (with subword sampling
+            each pass draws new rows, which indices alone cannot say).
+        batch_tokens: int. Token budget per batch and side.
+        max_length: int. The model's `max_length`.
+        pass_index: int. The pass, numbered from 0.
+        seed: int. Seed of the permutations.
+        shuffle: bool. As for `batch_pairs` (False: the evaluation order, every pair).
+
+    Returns:
+        `(batches, shapes)`: a list of int64 arrays of pair indices, one per batch, and an
+        int64 array `(batches, 2)` of each batch's padded rows and length (its bucket's).
+    """
+    import tensorflow as tf  # the prepare step's: `train` runs without TensorFlow
+    if pairs.candidates is not None:
+        raise ValueError("pass_batch_indices cannot describe passes with subword sampling "
+                         "(DataConfig.subword_nbest > 1): each pass draws new rows.")
+    boundaries = batching.bucket_boundaries(max_length)
+    batch_sizes = batching.bucket_batch_sizes(boundaries, max_length, batch_tokens)
+    buckets = batching._buckets(pairs, boundaries)
+    batches = batching._batches_of_pass(tf.constant(buckets, tf.int64),
+                               tf.constant(batch_sizes, tf.int64),
+                               batching._pass_seed(seed, pass_index), shuffle)
+    indices = [row.numpy() for row in batches]
+    lengths = batching.bucket_lengths(boundaries, max_length)
+    shapes = np.array([(batch_sizes[buckets[row[0]]], lengths[buckets[row[0]]])
+                       for row in indices], np.int64).reshape(-1, 2)
+    return indices, shapes
 
 
 def parse_arguments(argv=None):
@@ -94,7 +137,8 @@ def parse_arguments(argv=None):
 
 def prepare(arguments):
     """Writes the run directory's tokenizer and config, and the bundle."""
-    from keras_transformer import corpus, data, training  # TensorFlow's
+    from keras_transformer.data import corpus
+    from keras_transformer.training import fit as training  # TensorFlow's
     config = config_lib.override(config_lib.preset_config(arguments.preset),
                                  arguments.overrides)
     if arguments.data_dir is not None:
@@ -117,18 +161,18 @@ def prepare(arguments):
 
     options = dict(batch_tokens=config.data.batch_tokens, max_length=config.model.max_length)
     arrays = {}
-    train_pairs = data.tokenize_split(splits["train"], tokenizer,
+    train_pairs = pairs_lib.tokenize_split(splits["train"], tokenizer,
                                       max_length=config.model.max_length)
     steps_per_epoch = (config.train.steps_per_epoch
-                       or data.batches_per_pass(train_pairs, **options))
+                       or batching.batches_per_pass(train_pairs, **options))
     total_steps = config.train.epochs * steps_per_epoch
     print(f"Writing the {total_steps:,} batches of {config.train.epochs} epochs...",
           flush=True)
     arrays.update(_split_arrays("train", train_pairs, total_steps, shuffle=True,
                                 seed=config.data.seed, options=options))
-    validation_pairs = data.tokenize_split(splits["validation"], tokenizer,
+    validation_pairs = pairs_lib.tokenize_split(splits["validation"], tokenizer,
                                            max_length=config.model.max_length)
-    validation_steps = data.batches_per_pass(validation_pairs, shuffle=False, **options)
+    validation_steps = batching.batches_per_pass(validation_pairs, shuffle=False, **options)
     arrays.update(_split_arrays("validation", validation_pairs, validation_steps,
                                 shuffle=False, seed=config.data.seed, options=options))
     np.savez_compressed(os.path.join(arguments.bundle, BUNDLE_BATCHES), **arrays)
@@ -142,7 +186,6 @@ def prepare(arguments):
 
 def _split_arrays(split, pairs, steps, *, shuffle, seed, options):
     """The token ids of a split and its first `steps` batches (pass after pass)."""
-    from keras_transformer import data  # TensorFlow's: `train` runs without it
     arrays = {}
     for name in ROW_NAMES:
         ragged = getattr(pairs, name)
@@ -152,7 +195,7 @@ def _split_arrays(split, pairs, steps, *, shuffle, seed, options):
     progress = keras.utils.Progbar(steps, unit_name="batch")
     pass_index = 0
     while len(indices) < steps:
-        batches, batch_shapes = data.pass_batch_indices(
+        batches, batch_shapes = pass_batch_indices(
             pairs, pass_index=pass_index, seed=seed, shuffle=shuffle, **options)
         indices += batches
         shapes.append(batch_shapes)
@@ -179,7 +222,7 @@ class BundleBatches:
         split: `"train"` or `"validation"`.
         pad_id: int. The padding id.
         shape: `(rows, length)` to pad every batch to, at least `largest_shape()`; None
-            pads each to its bucket's shape, as `data.batch_pairs(pad_to_bucket=True)`.
+            pads each to its bucket's shape, as `batching.batch_pairs(pad_to_bucket=True)`.
     """
 
     def __init__(self, arrays, split, pad_id, shape=None):
@@ -222,8 +265,8 @@ class BundleBatches:
 
 def train(arguments):
     """Fits the bundle's model on its batches; writes checkpoints and a record to --out."""
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
-    from keras_transformer.optimizer import make_optimizer, make_schedule
+    from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.training.optimization import make_optimizer, make_schedule
     checkpoint_dir = os.path.join(arguments.out, TRAINED_CHECKPOINTS)
     record_path = os.path.join(arguments.out, TRAINED_RECORD)
     if os.path.exists(record_path) or callbacks_lib.list_checkpoints(checkpoint_dir):
@@ -373,10 +416,10 @@ class TrainingRecord(keras.callbacks.Callback):
 
 def collect(arguments):
     """Puts a trained bundle's checkpoints and record where `benchmarks.quality` reads them."""
-    from benchmarks import quality
+    from keras_transformer import recipe
     with open(os.path.join(arguments.trained, TRAINED_RECORD), encoding="utf-8") as file:
         trained = json.load(file)
-    config_path = os.path.join(arguments.run_dir, runs.CONFIG)
+    config_path = os.path.join(arguments.run_dir, files.CONFIG)
     if not os.path.exists(config_path):
         raise SystemExit(f"error: {config_path} is missing: collect into the --run-dir "
                          "that `prepare` wrote")
@@ -400,7 +443,7 @@ def collect(arguments):
     if trained["final_val_loss"] is None:
         print("warning: the training was killed before its validation loss was "
               "computed; the record has none", flush=True)
-    checkpoint_dir = os.path.join(arguments.run_dir, runs.CHECKPOINTS)
+    checkpoint_dir = os.path.join(arguments.run_dir, files.CHECKPOINTS)
     os.makedirs(checkpoint_dir, exist_ok=True)
     for path in made:
         shutil.copy2(path, os.path.join(checkpoint_dir, os.path.basename(path)))
@@ -415,7 +458,7 @@ def collect(arguments):
               "final_val_loss": trained["final_val_loss"],
               "hardware": f"{', '.join(gpus) or common.describe_cpu(machine)} ({versions})",
               "trained_by": trained["command"]}
-    common.write_json(os.path.join(arguments.run_dir, quality.TRAINING_RECORD), record)
+    common.write_json(os.path.join(arguments.run_dir, recipe.TRAINING_RECORD), record)
     common.write_json(os.path.join(arguments.run_dir, TRAINED_RECORD), trained)
     print(f"Collected {len(made)} checkpoints into {checkpoint_dir}; "
           f"score them with python -m benchmarks.quality --run-dir {arguments.run_dir} "

@@ -1,211 +1,149 @@
-"""Translation quality: train a recipe from scratch, average, export, score the SavedModel.
+"""Translation quality by the field's rules: the recipe of the package, recorded.
 
-    python -m benchmarks.quality --data-dir ../shared/data/multi30k --minutes 60
+    python -m benchmarks.quality --data-dir ../shared/data/multi30k [--preset multi30k]
 
-Trains `--preset` (the Multi30K recipe by default, plus any `FIELD=VALUE` overrides) into
-a new run directory for at most `--minutes` of wall-clock time, averages the last
-`--average` checkpoints, exports the averaged weights, translates the test split with
-the exported SavedModel (beam search, then greedy) and scores it with sacreBLEU. What is
-served is what is scored. One row per run is appended to the quality table of
-BENCHMARKS.md, and everything (config, command, hardware, times, signatures) goes to a
-JSON file in benchmarks/results/, with the test translations beside it, gzipped
-(`<JSON name>.test.<beam|greedy>.<language>.gz`): the run directory is rarely kept, and
-a later row can only be compared with this one, sentence by sentence (sacreBLEU's
-paired bootstrap), through its translations.
+Runs `keras_transformer.recipe.run_recipe` (train from scratch, choose the weights, beam
+size and α on the validation split, export, then score the exported SavedModel once on
+every test split, beam and greedy) and records it: one row in the quality table of
+BENCHMARKS.md, and everything (config, command, hardware, times, every validation score
+behind each choice, sacreBLEU signatures) in a JSON file in benchmarks/results/, with the
+translations of every scored split beside it, gzipped
+(`<JSON name>.<split>.<beam|greedy>.<language>.gz`), so that a later row can be compared
+with this one sentence by sentence (sacreBLEU's paired bootstrap).
 
 Running the same command again on a run directory whose training finished skips the
-training (its recorded time is reused) and redoes averaging, export and scoring, so an
-interruption after a long training loses nothing.
+training (its recorded time is reused) and redoes the choices, export and scoring.
 """
 
 import argparse
 import dataclasses
 import datetime
 import gzip
-import json
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import averaging, corpus, evaluation, exporting, training  # noqa: E402
 from keras_transformer import config as config_lib  # noqa: E402
+from keras_transformer import recipe  # noqa: E402
 
-TRAINING_RECORD = "quality_training.json"
 RESULTS_FILE = "BENCHMARKS.md"
-TABLE_HEADING = "## Translation quality: Multi30K test_2016_flickr"
-TABLE_HEADER = (
-    "| date (UTC) | direction | recipe | hardware | training | BLEU beam 4 | chrF beam 4 "
-    "| BLEU greedy | note |\n"
-    "|---|---|---|---|---|---|---|---|---|")
+TABLE_HEADING = "## Translation quality: Multi30K, chosen on validation"
+SPLIT_NAMES = {"test_2016_flickr": "test2016", "test_2017_flickr": "test2017",
+               "test_2017_mscoco": "mscoco", "test": "test"}
 TABLE_INTRODUCTION = """\
-Written by `python -m benchmarks.quality` (one row per real run, appended by the script):
-train from scratch within a time budget, average the last checkpoints, export, and score
-the exported SavedModel on test_2016_flickr with sacreBLEU (cased, detokenized, 13a;
-signature in the run's JSON). `training` is wall-clock minutes of `training.train`
-(vocabulary, data preparation, validation and the BLEU callback included; the budget
-counts from the start of `model.fit`), weight updates and epochs begun. The full
-config of each row is in its JSON in `benchmarks/results/`, its test translations
-beside it (`<JSON name>.test.<beam|greedy>.<language>.gz`)."""
+Written by `python -m benchmarks.quality` (one row per run, appended by the script): the
+recipe chooses the weights (newest checkpoint, mean of the newest 2–5, or the best
+validation-BLEU ones), the beam size and α on `val` (1,014 sentences, beam BLEU), then
+scores the exported SavedModel once on each test split. Cased sacreBLEU (13a) and chrF;
+cells read `BLEU beam (greedy) / chrF`. `training`: wall-clock minutes, weight updates,
+epochs. Config, every validation score and the signatures are in the row's JSON in
+`benchmarks/results/`, the translations beside it."""
+TABLE_HEADER = (
+    "| id | date | direction | recipe | hardware | training | chosen on val | val BLEU "
+    "| test2016 | test2017 | mscoco | note |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.quality",
-        description="Train a recipe from scratch within a time budget, average the last "
-                    "checkpoints, export, and score the SavedModel on the test split.")
+        description="Run the recipe (train, choose on validation, export, score every "
+                    "test split) and record it in BENCHMARKS.md and a JSON file.")
     parser.add_argument("--preset", default=config_lib.DEFAULT_PRESET,
                         choices=sorted(config_lib.PRESETS),
                         help=f"recipe to train (default: {config_lib.DEFAULT_PRESET})")
-    parser.add_argument("--data-dir", default=None, metavar="DIR",
+    parser.add_argument("--data-dir", metavar="DIR",
                         help="local Multi30K directory (default: download)")
-    parser.add_argument("--run-dir", default=None, metavar="DIR",
-                        help="new run directory (default: runs/quality-<preset>-<source>-"
-                             "<target>-<UTC time>); an existing one is only accepted when "
-                             "its training finished, which is then not repeated")
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--run-dir", metavar="DIR",
+                        help="run directory (default: runs/quality-<preset>-<source>-"
+                             "<target>-<UTC time>); a finished one is not trained again")
+    parser.add_argument("--minutes", type=float,
                         help="training time budget in wall-clock minutes (sets "
-                             "train.time_budget_minutes; train.epochs becomes a bound "
-                             "that the budget reaches first). Default: the recipe's epochs")
-    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                        help="train on the CPU, on every GPU, or on GPUs when there are "
-                             "any (default)")
-    parser.add_argument("--average", type=int, default=5, metavar="N",
-                        help="average the last N checkpoints (default: 5)")
-    parser.add_argument("--note", default="",
-                        help="what this run tries, for the table (e.g. 'dropout 0.2')")
+                             "train.time_budget_minutes). Default: the recipe's epochs")
+    parser.add_argument("--beam-sizes", type=int, nargs="+", action=common.ListOption,
+                        default=list(recipe.Choices().beam_sizes),
+                        help="beam sizes to choose from on validation")
+    parser.add_argument("--length-penalties", type=float, nargs="+",
+                        action=common.ListOption,
+                        default=list(recipe.Choices().length_penalties),
+                        help="values of α to choose from on validation")
+    parser.add_argument("--id", default="", help="short id of the row (e.g. 'q3')")
+    parser.add_argument("--note", default="", help="what this run tries, for the table")
     parser.add_argument("--results", default=RESULTS_FILE, metavar="FILE",
-                        help=f"markdown file whose quality table gets the row "
-                             f"(default: {RESULTS_FILE}); 'none' writes no row")
-    parser.add_argument("--json", default=None, metavar="FILE",
-                        help="result JSON (default: benchmarks/results/quality-<UTC "
-                             "time>.json)")
+                        help=f"markdown file whose quality table gets the row (default: "
+                             f"{RESULTS_FILE}); 'none' writes no row")
+    parser.add_argument("--json", metavar="FILE",
+                        help="result JSON (default: benchmarks/results/quality-<UTC time>"
+                             ".json)")
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
-                        help="config overrides (as train.py's), e.g. target_language=fr "
-                             "dropout=0.2")
-    return parser.parse_args(argv)
+                        help="config overrides, e.g. target_language=fr dropout=0.2")
+    return parser.parse_intermixed_args(argv)
 
 
 def make_config(arguments):
     """Returns the `Config` the run trains: preset, overrides, then the options."""
     config = config_lib.override(config_lib.preset_config(arguments.preset),
                                  arguments.overrides)
-    data = config.data
+    data, train = config.data, config.train
     if arguments.data_dir is not None:
         data = dataclasses.replace(data, data_dir=arguments.data_dir)
-    train = config.train
     if arguments.minutes is not None:
         # The budget ends the run; the epoch count only has to be out of its way.
         train = dataclasses.replace(train, time_budget_minutes=arguments.minutes,
                                     epochs=max(train.epochs, 1000))
-    if arguments.device != "auto":
-        train = dataclasses.replace(train, devices=_devices(arguments.device))
     return dataclasses.replace(config, data=data, train=train)
 
 
-def _devices(kind):
-    import tensorflow as tf
-    if kind == "cpu":
-        return ("/cpu:0",)
-    gpus = tf.config.list_logical_devices("GPU")
-    if not gpus:
-        raise SystemExit("error: --device gpu, but TensorFlow sees no GPU on this machine")
-    return tuple(gpu.name for gpu in gpus)
+def keep_translations(run_dir, result, json_path):
+    """Copies the run's translations of every scored split beside `json_path`, gzipped.
 
-
-def train_once(config, run_dir):
-    """Trains into `run_dir` unless a finished training is recorded there; returns it.
-
-    The record (`quality_training.json`) is written only after training returns, so a
-    directory without it holds an interrupted or foreign run, which is refused rather
-    than silently resumed with a clock that would not count its first part.
-    """
-    record_path = os.path.join(run_dir, TRAINING_RECORD)
-    if os.path.exists(record_path):
-        record = _read_json(record_path)
-        print(f"Training already finished in {run_dir} ({record['minutes']:.1f} min, "
-              f"{record['updates']} updates); averaging, exporting and scoring again.",
-              flush=True)
-        return record
-    if os.path.exists(run_dir):
-        raise SystemExit(
-            f"error: {run_dir} exists but holds no finished quality run ({TRAINING_RECORD} "
-            "is missing): give a new --run-dir, or delete it to train again from scratch")
-    print(f"Training into {run_dir}", flush=True)
-    start = time.monotonic()
-    history = training.train(config, run_dir)
-    minutes = (time.monotonic() - start) / 60
-    model = history.model
-    record = {"minutes": minutes, "epochs": len(history.epoch),
-              "updates": int(model.optimizer.iterations.numpy()),
-              "parameters": int(model.count_params()),
-              "final_loss": history.history.get("loss", [None])[-1],
-              "final_val_loss": history.history.get("val_loss", [None])[-1]}
-    with open(record_path, "w", encoding="utf-8") as file:
-        json.dump(record, file, indent=2)
-    return record
-
-
-def score_export(config, run_dir, average):
-    """Averages, exports and scores; returns `(averaged_weights, scores_by_decoder)`."""
-    averaged = averaging.average_run(run_dir, last=average)
-    export_dir, _ = exporting.export_run(run_dir, weights=averaged, quantize=False)
-    saved_model = os.path.join(export_dir, exporting.SAVED_MODEL)
-    source, reference = corpus.corpus_files(config.data, "test")
-    scores = {}
-    for decoder, beam in (("beam", True), ("greedy", False)):
-        print(f"Scoring {saved_model} ({decoder}) on {source}", flush=True)
-        scores[decoder] = evaluation.evaluate(
-            saved_model, source, reference, beam=beam, export_if_missing=False,
-            output=translations_path(run_dir, decoder, config.data.target_language))
-        print(evaluation.format_scores(scores[decoder]), flush=True)
-    return averaged, scores
-
-
-def translations_path(run_dir, decoder, language):
-    """The file of the run's test translations by `decoder` ("beam" or "greedy")."""
-    return os.path.join(run_dir, f"test.{decoder}.{language}")
-
-
-def keep_translations(run_dir, language, json_path):
-    """Copies the run's test translations beside `json_path`, gzipped.
-
-    Returns `{decoder: file name}`, the names relative to the JSON's directory. The
-    gzip header holds no time stamp or file name, so the same translations give the
-    same bytes.
+    Returns `{split: {decoder: file name}}`, names relative to the JSON's folder. The gzip
+    header holds no time stamp or file name, so the same translations give the same bytes.
     """
     stem = os.path.splitext(json_path)[0]
+    language = result["config"]["data"]["target_language"]
+    splits = {"validation": result["validation"], **result["test"]}
     kept = {}
-    for decoder in ("beam", "greedy"):
-        target = f"{stem}.test.{decoder}.{language}.gz"
-        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-        with open(translations_path(run_dir, decoder, language), "rb") as source, \
-                open(target, "wb") as raw, \
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
-            packed.write(source.read())
-        kept[decoder] = os.path.basename(target)
+    for split, decoders in splits.items():
+        for decoder in decoders:
+            name = f"{split}.{decoder}.{language}"
+            source = os.path.join(run_dir, recipe.TRANSLATIONS_DIR, name)
+            target = f"{stem}.{name}.gz"
+            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+            with open(source, "rb") as file:
+                data = gzip.compress(file.read(), mtime=0)
+            with open(target, "wb") as file:
+                file.write(data)
+            kept.setdefault(split, {})[decoder] = os.path.basename(target)
     return kept
 
 
 def table_row(result):
     """Returns the markdown row of one result."""
-    config, record, scores = result["config"], result["training"], result["scores"]
-    data = config["data"]
-    machine = result["machine"]
-    # A training made elsewhere (`benchmarks.portable_training`) names its own hardware.
-    hardware = record.get("hardware") or (
-        ", ".join(machine["gpus"]) if machine["gpus"] and result["device"] != "cpu"
-        else common.describe_cpu(machine))
-    recipe = f"`{result['command']}`"
-    training_text = (f"{record['minutes']:.1f} min, {record['updates']:,} updates, "
-                     f"{record['epochs']} epochs")
-    return (f"| {result['date'][:16].replace('T', ' ')} | "
-            f"{data['source_language']}→{data['target_language']} | {recipe} | {hardware} | "
-            f"{training_text} | **{scores['beam']['bleu']['score']:.1f}** | "
-            f"{scores['beam']['chrf']['score']:.1f} | "
-            f"{scores['greedy']['bleu']['score']:.1f} | {result['note'] or ''} |")
+    data, record = result["config"]["data"], result["training"]
+    selection = result["selection"]
+    hardware = record.get("hardware") or common.describe_cpu(result["machine"])
+    cells = {SPLIT_NAMES.get(split, split): _cell(scores)
+             for split, scores in result["test"].items()}
+    chosen = (f"{selection['weights']}, beam {selection['beam_size']}, "
+              f"α {selection['length_penalty']:g}")
+    return "| " + " | ".join([
+        result.get("id") or "", result["date"][:10],
+        f"{data['source_language']}→{data['target_language']}",
+        f"`{result['command']}`", hardware,
+        f"{record['minutes']:.1f} min, {record['updates']:,} updates, "
+        f"{record['epochs']} epochs", chosen,
+        f"{result['validation']['beam']['bleu']['score']:.1f}",
+        cells.get("test2016", "–"), cells.get("test2017", "–"), cells.get("mscoco", "–"),
+        result.get("note") or ""]) + " |"
+
+
+def _cell(scores):
+    return (f"**{scores['beam']['bleu']['score']:.1f}** "
+            f"({scores['greedy']['bleu']['score']:.1f}) / "
+            f"{scores['beam']['chrf']['score']:.1f}")
 
 
 def append_row(path, row):
@@ -227,8 +165,8 @@ def append_row(path, row):
         start = lines.index(TABLE_HEADING) + 1
         end = next((index for index in range(start, len(lines))
                     if lines[index].startswith("## ")), len(lines))
-        # The first table of the section is the quality table; its subsections (the
-        # ensembles, say) may hold tables of their own further down.
+        # The first table of the section is the quality table; its subsections may hold
+        # tables of their own further down.
         first = next((index for index in range(start, end)
                       if lines[index].startswith("|")), None)
         if first is None:
@@ -242,11 +180,6 @@ def append_row(path, row):
     with open(temporary, "w", encoding="utf-8") as file:
         file.write("\n".join(lines) + "\n")
     os.replace(temporary, path)
-
-
-def _read_json(path):
-    with open(path, encoding="utf-8") as file:
-        return json.load(file)
 
 
 def main(argv=None):
@@ -263,16 +196,12 @@ def main(argv=None):
     json_path = arguments.json or os.path.join("benchmarks", "results",
                                                f"quality-{stamp}.json")
     result = common.header(arguments)
-    try:
-        record = train_once(config, run_dir)
-        averaged, scores = score_export(config, run_dir, arguments.average)
-    except training.USER_ERRORS as error:
-        raise SystemExit(f"error: {error}") from None
-    result.update(config=json.loads(config.to_json()), run_dir=run_dir, device=arguments.device,
-                  note=arguments.note, training=record,
-                  averaged=_read_json(averaging.record_path(averaged)),
-                  scores=scores, load_average_end=common.load_average(),
-                  translations=keep_translations(run_dir, data.target_language, json_path))
+    choices = dataclasses.replace(recipe.Choices(), beam_sizes=tuple(arguments.beam_sizes),
+                                  length_penalties=tuple(arguments.length_penalties))
+    measured = recipe.run_recipe(config, run_dir, choices=choices, check=False)
+    result.update(measured, run_dir=run_dir, id=arguments.id, note=arguments.note,
+                  load_average_end=common.load_average())
+    result["translations"] = keep_translations(run_dir, result, json_path)
     common.write_json(json_path, result)
     print(f"Result: {json_path}")
     if arguments.results != "none":

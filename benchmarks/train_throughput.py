@@ -1,6 +1,6 @@
 """Training throughput: our Transformer against an equal keras-hub model under model.fit.
 
-Both models (see `benchmarks.models`) get the same tf.data batches (`data.make_dataset`
+Both models (see `benchmarks.models`) get the same tf.data batches (`batching.make_dataset`
 on synthetic ids with a realistic length distribution, or on Multi30K with
 `--data-dir`), the same loss, optimizer and schedule (`training.compile_model`).
 
@@ -64,10 +64,11 @@ def parse_arguments(argv=None):
 
 def make_data(arguments):
     """Returns `(dataset, vocabulary_size)`: repeating batches of (inputs, targets, weights)."""
-    from keras_transformer import data
+    from keras_transformer.data import batching
     if arguments.tokenizer_dir:
-        from keras_transformer import corpus, tokenizer as tokenizer_lib
         from keras_transformer.config import DataConfig
+        from keras_transformer.data import corpus
+        from keras_transformer.data import tokenizer as tokenizer_lib
         text = corpus.load_split(DataConfig(data_dir=arguments.data_dir), "train",
                                  verbose=False)
         tokenizer = tokenizer_lib.Tokenizer.load(arguments.tokenizer_dir)
@@ -77,7 +78,7 @@ def make_data(arguments):
         text = common.synthetic_text(arguments.num_pairs, vocabulary_size,
                                      arguments.max_length)
         tokenizer = common.IdTokenizer()
-    dataset = data.make_dataset(text, tokenizer, batch_tokens=arguments.batch_tokens,
+    dataset = batching.make_dataset(text, tokenizer, batch_tokens=arguments.batch_tokens,
                                 max_length=arguments.max_length, shuffle=True,
                                 seed=0, repeat=True, pad_to_bucket=arguments.jit_compile,
                                 verbose=False)
@@ -86,8 +87,9 @@ def make_data(arguments):
 
 def compiled_model(name, arguments, vocabulary_size):
     """Builds `name` and compiles it as training does (loss, Adam, schedule, metrics)."""
-    from keras_transformer import distribution, training
     from keras_transformer.config import TrainConfig
+    from keras_transformer.training import distribution
+    from keras_transformer.training import fit as training
     distribution.set_precision(arguments.mixed_precision)
     keras.utils.set_random_seed(0)
     model = models.build(name, arguments, vocabulary_size)
@@ -223,8 +225,9 @@ def _forwarded_arguments(arguments):
 
 
 def _train_tokenizer(arguments, directory):
-    from keras_transformer import corpus, tokenizer as tokenizer_lib
     from keras_transformer.config import DataConfig
+    from keras_transformer.data import corpus
+    from keras_transformer.data import tokenizer as tokenizer_lib
     text = corpus.load_split(DataConfig(data_dir=arguments.data_dir), "train")
     tokenizer = tokenizer_lib.train_tokenizer(text.source_lines + text.target_lines,
                                               arguments.vocabulary_size)

@@ -1,8 +1,9 @@
-"""Command-line entry points for exporting a trained run; the logic is in the package.
+"""The design card's export entry point: thin calls of `keras-transformer` verbs.
 
-    python -m export RUN_DIR             SavedModel + TFLite under RUN_DIR/export
-    python -m export.check RUN_DIR       every artifact translates like the model
+    python -m export RUN_DIR [--check]   = keras-transformer export RUN_DIR [--check]
+    python -m export.check RUN_DIR       = keras-transformer check RUN_DIR
     python -m export.saved_model_cli ... `saved_model_cli` with tf-text's ops loaded
 
-See `keras_transformer.exporting`, `keras_transformer.self_check` and docs/serving.md.
+Run them from the repository root (this folder is not installed with the package). The
+logic is in `keras_transformer.serving`; see docs/serving.md.
 """

@@ -1,8 +1,8 @@
-"""`python -m export RUN_DIR`: see `keras_transformer.exporting`."""
+"""`python -m export RUN_DIR`: the same command as `keras-transformer export`."""
 
 import sys
 
-from keras_transformer import exporting
+from keras_transformer import cli
 
 if __name__ == "__main__":
-    sys.exit(exporting.main())
+    sys.exit(cli.main(["export", *sys.argv[1:]]))

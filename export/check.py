@@ -1,8 +1,8 @@
-"""`python -m export.check RUN_DIR`: see `keras_transformer.self_check`."""
+"""`python -m export.check RUN_DIR`: the same command as `keras-transformer check`."""
 
 import sys
 
-from keras_transformer import self_check
+from keras_transformer import cli
 
 if __name__ == "__main__":
-    sys.exit(self_check.main())
+    sys.exit(cli.main(["check", *sys.argv[1:]]))

@@ -1,29 +1,25 @@
-"""Evaluation: translate a source file with an exported translator and score it with sacreBLEU.
+"""Evaluation: translate with an exported translator and score with sacreBLEU.
 
 What is served is what is scored: the default is to run the exported SavedModel (or a
 `.tflite` file) on the source text and score its output, so tokenization, the decode loop
 and detokenization are the ones users get. Scores are sacreBLEU's BLEU and chrF on
-detokenized, cased text with its default `13a` tokenization, each printed with its
-sacreBLEU signature so that numbers from different runs can be compared honestly.
+detokenized, cased text with its default `13a` tokenization, each with its sacreBLEU
+signature so that numbers from different runs can be compared honestly.
 
-Command line:
+    keras-transformer evaluate RUN_DIR                  # every test split, greedy
+    keras-transformer evaluate RUN_DIR --beam --split test_2017_mscoco
+    keras-transformer evaluate ARTIFACT --source S.en --reference S.de
 
-    python -m keras_transformer.evaluation --artifact RUN_DIR/export/saved_model \\
-        --source test_2016_flickr.en.gz --reference test_2016_flickr.de.gz \\
-        [--beam] [--session] [--batch-size 64] [--output hypotheses.de] \\
-        [--json scores.json] [--quiet]
-
-`--artifact` also takes a `.tflite` file (greedy only), or a run directory, which stands
-for its `export/saved_model`: a run not exported yet is exported first (as `python -m
-export RUN_DIR` does; `--no-export` fails instead). `--session` loads the SavedModel with
-the session-based loader that TF Serving uses. Sentences are translated as `python -m
-keras_transformer.translate` translates them (`--output` keeps them). The paper's final
-scores use the average of the last checkpoints (`python -m keras_transformer.averaging
-RUN_DIR`, then export) and `--beam` (beam 4, length penalty α = 0.6, §6.1).
+A run directory stands for its exported SavedModel (exported first if it has none);
+its config names the corpus, whose test splits are scored by default (Multi30K's three:
+test_2016_flickr, test_2017_flickr and test_2017_mscoco, downloaded and checked like
+the training files, or read from `--data-dir`). An artifact's export report names its
+run's corpus. The paper's final scores use the average of the last checkpoints and beam
+search (beam 4, length penalty α = 0.6, §6.1).
 """
 
-import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -31,19 +27,14 @@ import sys
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from keras_transformer import exported, output_paths, runtimes, translate
-from keras_transformer.corpus import read_lines
+from keras_transformer import config as config_lib
+from keras_transformer import files, translate
+from keras_transformer.data import corpus
+from keras_transformer.data.text import read_lines
+from keras_transformer.serving import runners
 
 # Each metric is a fresh object per call: sacreBLEU objects cache reference statistics.
 _METRICS = {"bleu": BLEU, "chrf": CHRF}
-
-
-def write_lines(path, lines):
-    """Writes `lines` to `path`, one per line (written to a temporary name, then renamed)."""
-    temporary = f"{path}.partial"
-    with open(temporary, "w", encoding="utf-8") as file:
-        file.writelines(f"{line}\n" for line in lines)
-    os.replace(temporary, path)
 
 
 def check_line_counts(lines, reference_lines, lines_name, reference_name):
@@ -89,7 +80,7 @@ def translate_file_lines(runner, lines, batch_size=64, verbose=True):
     """Returns the translations of `lines` (list of str), in their order.
 
     Args:
-        runner: callable, list of str -> outputs dict (see `runtimes.open_runner`).
+        runner: callable, list of str -> outputs dict (see `serving.runners.open_runner`).
         lines: list of str.
         batch_size: int. Sentences per call of the translator.
         verbose: bool. Show a progress bar counting batches (on stderr: stdout carries
@@ -99,7 +90,7 @@ def translate_file_lines(runner, lines, batch_size=64, verbose=True):
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     progress = None
     if verbose and lines:
-        import keras
+        import keras  # here: Keras loads its backend, which scoring alone does not need
 
         bar = keras.utils.Progbar(math.ceil(len(lines) / batch_size), unit_name="batch")
 
@@ -108,6 +99,37 @@ def translate_file_lines(runner, lines, batch_size=64, verbose=True):
                 bar.update(math.ceil(done / batch_size))
 
     return translate.translate_sentences(runner, lines, batch_size, progress)
+
+
+def read_pair(source, reference):
+    """Returns the lines of a source file and its reference file, checked to align."""
+    for name, path in (("source", source), ("reference", reference)):
+        if not os.path.isfile(path):  # read_lines would speak of a corpus configuration
+            raise FileNotFoundError(f"The {name} {path} is "
+                                    f"{'a folder' if os.path.isdir(path) else 'missing'}: "
+                                    "name a text file (plain or .gz), one sentence a line.")
+    source_lines, reference_lines = read_lines(source), read_lines(reference)
+    check_line_counts(source_lines, reference_lines, source, reference)
+    if not source_lines:
+        raise ValueError(f"{source} and {reference} hold no lines: nothing to score.")
+    return source_lines, reference_lines
+
+
+def score_files(runner, source, reference, *, batch_size=64, output=None, verbose=True):
+    """Translates the `source` file with `runner` and scores it against `reference`.
+
+    Returns:
+        The dict of `score`, plus `"source"`, `"reference"` and `"sentences"`.
+    """
+    source_lines, reference_lines = read_pair(source, reference)
+    hypotheses = translate_file_lines(runner, source_lines, batch_size, verbose)
+    if output:
+        files.write_lines(output, hypotheses)
+    scores = score(hypotheses, reference_lines, hypotheses_name=output or "the translations",
+                   references_name=reference)
+    scores.update(source=os.fspath(source), reference=os.fspath(reference),
+                  sentences=len(hypotheses))
+    return scores
 
 
 def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=False,
@@ -119,7 +141,7 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=
         source: str. Source sentences, one per line (plain text or `.gz`).
         reference: str. Reference translations, line-aligned with `source`.
         batch_size: int. Sentences per call of the translator.
-        beam: bool. Use the SavedModel's beam-search signature instead of greedy decoding.
+        beam: bool. Use the artifact's beam-search signature instead of greedy decoding.
         session: bool. Load the SavedModel with the session-based loader that TF
             Serving uses, instead of `tf.saved_model.load`.
         output: optional str. Where to write the translations, one per line.
@@ -132,89 +154,127 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=
         `"source"`, `"reference"`, `"beam"`, `"session"` and `"sentences"`.
     """
     # Checked before translating, which can take minutes.
-    files_read = {"source": source, "reference": reference}
-    output_paths.check_output_file("--output", output, files_read)
-    output_paths.check_output_file("--json", json_path, files_read)
-    for name, path in files_read.items():
-        if not os.path.isfile(path):  # read_lines would speak of a corpus configuration
-            raise FileNotFoundError(f"The {name} {path} is "
-                                    f"{'a folder' if os.path.isdir(path) else 'missing'}: "
-                                    "name a text file (plain or .gz), one sentence a line.")
-    source_lines, reference_lines = read_lines(source), read_lines(reference)
-    check_line_counts(source_lines, reference_lines, source, reference)
-    if not source_lines:
-        raise ValueError(f"{source} and {reference} hold no lines: nothing to score.")
-    artifact_path = exported.resolve_artifact(artifact, export_if_missing=export_if_missing,
+    inputs = {"source": source, "reference": reference}
+    files.check_output_file("--output", output, inputs)
+    files.check_output_file("--json", json_path, inputs)
+    read_pair(source, reference)
+    artifact_path = runners.resolve_artifact(artifact, export_if_missing=export_if_missing,
                                               verbose=verbose)
     try:
-        runner = runtimes.open_runner(artifact_path, beam=beam, session=session)
+        runner = runners.open_runner(artifact_path, beam=beam, session=session)
     except KeyError as error:
         raise ValueError(f"{artifact_path} has no signature {error}: export it again with "
-                         "the current code (python -m export RUN_DIR).") from None
-    hypotheses = translate_file_lines(runner, source_lines, batch_size, verbose)
-    if output:
-        write_lines(output, hypotheses)
-    scores = score(hypotheses, reference_lines, hypotheses_name=output or "the translations",
-                   references_name=reference)
-    scores.update(artifact=os.fspath(artifact_path), source=os.fspath(source),
-                  reference=os.fspath(reference), beam=beam, session=session,
-                  sentences=len(hypotheses))
+                         "the current code (keras-transformer export RUN_DIR).") from None
+    scores = score_files(runner, source, reference, batch_size=batch_size, output=output,
+                         verbose=verbose)
+    scores.update(artifact=os.fspath(artifact_path), beam=beam, session=session)
     if json_path:
-        with open(json_path, "w", encoding="utf-8") as file:
-            json.dump(scores, file, indent=2, ensure_ascii=False)
-            file.write("\n")
+        files.write_text(json_path, json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
     return scores
+
+
+def artifact_config(artifact):
+    """Returns the `Config` of the run an artifact (or a run directory) was exported from.
+
+    Raises:
+        ValueError: nothing says, with the fix (`--source`/`--reference`).
+    """
+    artifact = os.fspath(artifact)
+    config_path = os.path.join(artifact, files.CONFIG)
+    if os.path.isfile(config_path):
+        return config_lib.Config.load(config_path)
+    recorded = ((runners.export_report(artifact) or {}).get("run") or {}).get("config")
+    if not isinstance(recorded, dict):
+        raise ValueError(
+            f"{artifact} has no export report naming its run's corpus: score a pair of "
+            "files with --source and --reference, or evaluate the run directory.")
+    return config_lib.Config.from_json(json.dumps(recorded), source=artifact)
+
+
+def split_files(artifact, splits=None, *, data_dir=None):
+    """Returns `{split: (source_path, reference_path)}` of the artifact's corpus.
+
+    Args:
+        artifact: str. A run directory, or an artifact with an export report.
+        splits: list of split names (e.g. `["test_2017_flickr", "validation"]`), or
+            `None` for every test split of the corpus.
+        data_dir: str. A local copy of the corpus instead of the run's `data_dir`.
+    """
+    data = artifact_config(artifact).data
+    if data_dir is not None:
+        data = dataclasses.replace(data, data_dir=data_dir)
+    splits = list(splits or corpus.test_splits(data))
+    if not splits:
+        raise ValueError(f"The corpus of {artifact} has no test split: name one with "
+                         "--split, or score files with --source and --reference.")
+    return {split: corpus.corpus_files(data, split) for split in splits}
+
+
+def evaluate_splits(translator, pairs, *, output=None, single_output=False, verbose=True):
+    """Scores a `translate.LoadedTranslator` on each `(source, reference)` of `pairs`.
+
+    Args:
+        translator: `translate.LoadedTranslator`.
+        pairs: dict `{name: (source_path, reference_path)}`.
+        output: str. Where to keep the translations: a file when `single_output`, else
+            a folder receiving `<name>.<reference's language>` per pair.
+        single_output: bool. See `output`.
+        verbose: bool. Show a progress bar.
+
+    Returns:
+        `{name: scores}` (`score_files`'s dicts).
+    """
+    check_pairs(pairs, output=output, single_output=single_output)
+    return {name: score_files(translator.runner, source, reference,
+                              batch_size=translator.batch_size,
+                              output=_output_path(output, name, reference, single_output),
+                              verbose=verbose)
+            for name, (source, reference) in pairs.items()}
+
+
+def check_pairs(pairs, *, output=None, single_output=False):
+    """Raises an error naming the first source, reference or output that cannot be used.
+
+    Arguments as `evaluate_splits`; made before any translating, which takes minutes.
+    """
+    if output and not single_output:
+        if os.path.exists(output) and not os.path.isdir(output):
+            raise ValueError(f"--output {output} is a file: name a folder for the "
+                             "translations of several splits.")
+        os.makedirs(output, exist_ok=True)
+    for name, (source, reference) in pairs.items():
+        files.check_output_file("--output", _output_path(output, name, reference,
+                                                         single_output),
+                                {"source": source, "reference": reference})
+        read_pair(source, reference)
+
+
+def _output_path(output, name, reference, single_output):
+    if not output or single_output:
+        return output
+    return os.path.join(output, f"{name}.{_language(reference)}")
+
+
+def _language(path):
+    """The language code of a corpus file name (`test_2016_flickr.de.gz` -> `de`)."""
+    parts = os.path.basename(os.fspath(path)).removesuffix(".gz").split(".")
+    return parts[-1] if len(parts) > 1 else "txt"
+
+
+def format_table(results, decoder):
+    """Returns `evaluate_splits`'s results as a text table, signatures below."""
+    rows = [("split", "sentences", "BLEU", "chrF")]
+    rows += [(name, str(scores["sentences"]), f"{scores['bleu']['score']:.2f}",
+              f"{scores['chrf']['score']:.2f}") for name, scores in results.items()]
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    first = next(iter(results.values()))
+    return "\n".join([f"{decoder}:", *lines, "", first["bleu"]["signature"],
+                      first["chrf"]["signature"]])
 
 
 def format_scores(scores):
     """Returns sacreBLEU's line (signature = score) for each metric of `score`'s result."""
     return "\n".join(scores[name]["text"] for name in _METRICS)
-
-
-def parse_args(argv=None):
-    """Parses the command line of `main`."""
-    parser = argparse.ArgumentParser(
-        prog="python -m keras_transformer.evaluation",
-        description="Translate a source file with an exported translator and score it "
-                    "with sacreBLEU (BLEU, chrF; detokenized, cased, 13a).")
-    parser.add_argument("--artifact", required=True,
-                        help="exported SavedModel directory, .tflite file, or run directory "
-                             "(uses RUN_DIR/export/saved_model)")
-    parser.add_argument("--source", required=True, help="source text (plain or .gz)")
-    parser.add_argument("--reference", required=True, help="reference text (plain or .gz)")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="sentences per translator call (default: 64)")
-    parser.add_argument("--beam", action="store_true",
-                        help="beam search (the SavedModel's beam_search signature: beam 4, "
-                             "alpha 0.6 unless exported otherwise) instead of greedy")
-    parser.add_argument("--session", action="store_true",
-                        help="load the SavedModel as TF Serving does (session-based loader)")
-    parser.add_argument("--no-export", action="store_true",
-                        help="fail instead of exporting a run directory that has no export")
-    parser.add_argument("--output", help="write the translations here, one per line")
-    parser.add_argument("--json", dest="json_path", help="write the scores here as JSON")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    return parser.parse_args(argv)
-
-
-def main(argv=None):
-    """Runs the command line; returns the exit status."""
-    args = parse_args(argv)
-    try:
-        scores = evaluate(args.artifact, args.source, args.reference,
-                          batch_size=args.batch_size, beam=args.beam,
-                          session=args.session, output=args.output,
-                          json_path=args.json_path, export_if_missing=not args.no_export,
-                          verbose=not args.quiet)
-    except (ValueError, OSError, ImportError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    decoding = "beam search" if args.beam else "greedy"
-    print(f"{scores['artifact']} ({decoding}): {scores['sentences']} sentences of "
-          f"{args.source} scored against {args.reference}")
-    print(format_scores(scores))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

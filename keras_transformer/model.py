@@ -65,7 +65,7 @@ class Transformer(keras.Model):
                  num_heads=8, dropout=0.1, attention_dropout=0.0, max_length=256, pad_id=0,
                  tie_embeddings=True, normalize_first=False, layer_norm_epsilon=1e-6,
                  use_fused_attention=False, **kwargs):
-        check_arguments(vocabulary_size=vocabulary_size, num_layers=num_layers,
+        config_lib.check_model_arguments(vocabulary_size=vocabulary_size, num_layers=num_layers,
                         hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
                         num_heads=num_heads, dropout=dropout,
                         attention_dropout=attention_dropout, max_length=max_length,
@@ -148,8 +148,7 @@ class Transformer(keras.Model):
         x = self._source_embedding(source_ids, training=training)  # (B, S, D)
         return self.encoder(x, padding_mask=padding_mask, training=training)
 
-    def decode(self, target_ids, encoder_output, source_ids, training=None,
-               return_attention_scores=False):
+    def decode(self, target_ids, encoder_output, source_ids, training=None):
         """Returns logits `(B, T, V)` for every position of the target prefix.
 
         Args:
@@ -157,21 +156,26 @@ class Transformer(keras.Model):
             encoder_output: float `(B, S, D)` from `encode`.
             source_ids: int `(B, S)`, the ids `encoder_output` came from (for its mask).
             training: bool. Whether dropout is active.
-            return_attention_scores: bool. Also return a list (one per layer) of dicts
-                `{"self_attention": (B, H, T, T), "cross_attention": (B, H, T, S)}`.
         """
+        x = self._target_embedding(target_ids, training=training)  # (B, T, D)
+        x = self.decoder(x, encoder_output, *self._decoder_masks(target_ids, source_ids),
+                         training=training)
+        return self._logits(x)
+
+    def cross_attention_weights(self, target_ids, encoder_output, source_ids):
+        """Returns float32 `(B, N, H, T, S)`: each decoder layer's encoder-decoder
+        attention while `decode` reads `target_ids` (without dropout)."""
+        x = self._target_embedding(target_ids, training=False)  # (B, T, D)
+        return self.decoder.cross_attention_weights(
+            x, encoder_output, *self._decoder_masks(target_ids, source_ids))
+
+    def _decoder_masks(self, target_ids, source_ids):
+        """Returns the decoder's self-attention `(B, T, T)` and cross-attention
+        `(B, 1, S)` masks."""
         target_padding = masks.padding_mask(target_ids, self.pad_id)  # (B, T)
         source_padding = masks.padding_mask(source_ids, self.pad_id)  # (B, S)
-        x = self._target_embedding(target_ids, training=training)  # (B, T, D)
-        x = self.decoder(
-            x, encoder_output,
-            self_attention_mask=masks.decoder_self_attention_mask(target_padding),
-            cross_attention_mask=masks.key_padding_attention_mask(source_padding),
-            return_attention_scores=return_attention_scores, training=training)
-        if return_attention_scores:
-            x, scores = x
-            return self._logits(x), scores
-        return self._logits(x)
+        return (masks.decoder_self_attention_mask(target_padding),
+                masks.key_padding_attention_mask(source_padding))
 
     def _logits(self, hidden):
         if self.output_projection is None:
@@ -254,27 +258,3 @@ def tied_step_logits(hidden, embeddings):
     """
     embeddings = ops.cast(embeddings, hidden.dtype)
     return ops.transpose(ops.matmul(embeddings, ops.transpose(hidden)))  # (B, V)
-
-
-def check_arguments(**arguments):
-    """Raises `ValueError` naming the first argument of `Transformer` that is invalid.
-
-    Other keyword arguments (the rest of a `ModelConfig`) are ignored.
-    """
-    def fail(name, requirement):
-        raise ValueError(f"Transformer argument {name}={arguments[name]!r} is invalid: "
-                         f"{requirement}.")
-
-    for name in ("vocabulary_size", "num_layers", "hidden_dim", "intermediate_dim",
-                 "num_heads", "max_length"):
-        if not isinstance(arguments[name], int) or arguments[name] < 1:
-            fail(name, "it must be a positive integer")
-    if arguments["hidden_dim"] % arguments["num_heads"]:
-        fail("hidden_dim", f"it must be divisible by num_heads={arguments['num_heads']}")
-    if arguments["hidden_dim"] % 2:
-        fail("hidden_dim", "it must be even (sines and cosines pair up, §3.5)")
-    for name in ("dropout", "attention_dropout"):
-        if not 0.0 <= arguments[name] < 1.0:
-            fail(name, "it must be in [0, 1)")
-    if not 0 <= arguments["pad_id"] < arguments["vocabulary_size"]:
-        fail("pad_id", "it must be a token id below vocabulary_size")

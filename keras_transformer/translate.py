@@ -1,80 +1,157 @@
-"""Translate text with an exported translator: one line in, one line out.
+"""Translate text with an exported translator: one line in, one line out, streamed.
 
-    python -m keras_transformer.translate RUN_DIR < sentences.txt
-    python -m keras_transformer.translate RUN_DIR/export/translator.tflite \\
+    keras-transformer translate RUN_DIR < sentences.txt
+    keras-transformer translate RUN_DIR/export/translator.tflite \\
         --input sentences.txt --output translations.txt --batch-size 64
 
-The artifact is a SavedModel directory, a `.tflite` file or a run directory (its
-`export/saved_model`). Lines are read as bytes and handed to the artifact as they are
-(invalid UTF-8 included), so line `i` of the output is always the translation of line
-`i` of the input, empty lines included. Sentences are batched by length, which saves
-padding, and put back in input order. Long inputs are translated and written in chunks of
-`CHUNK_BATCHES` batches, so a run that is interrupted or fails keeps every chunk it
-finished, and says how many lines that is.
+`load_translator(path)` (also `kt.load_translator`) gives a translator to call from
+Python: a list of sentences in, a list of translations out.
+
+The artifact is a SavedModel directory, a `.tflite` file or a run directory. Lines are
+read as bytes and handed to the artifact as they are (invalid UTF-8 included, with a
+warning naming the first such line), so line `i` of the output is always the
+translation of line `i` of the input, empty lines included. The input is read a window
+of `WINDOW_BATCHES` batches at a time, sorted by length within the window (which saves
+padding) and written back in input order, so memory stays flat however long the input
+is, and a run that is interrupted or fails keeps every window it finished.
 """
 
-import argparse
 import contextlib
+import itertools
+import logging
+import os
 import sys
 
-from keras_transformer import exported, output_paths, runtimes
+from keras_transformer import files
+from keras_transformer.serving import runners
+
+logger = logging.getLogger(__name__)
+
+# Batches per window: sorting by length within 64 batches saves nearly as much padding
+# as sorting the whole input, and a failure loses at most one window's work.
+WINDOW_BATCHES = 64
 
 
 def read_sentences(file):
     """Returns the lines of a binary file as bytes, without `\\n` or `\\r\\n`."""
-    lines = file.read().split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    return [line.removesuffix(b"\r") for line in lines]
+    return list(iter_sentences(file))
 
 
-# Batches per chunk: sorting by length within 64 batches saves nearly as much padding as
-# sorting the whole input, and a failure loses at most one chunk's work.
-CHUNK_BATCHES = 64
+def iter_sentences(file):
+    """Yields the lines of a binary file as bytes, without `\\n` or `\\r\\n`, one by one."""
+    for line in file:
+        yield line.removesuffix(b"\n").removesuffix(b"\r")
+
+
+def warn_if_not_utf8(lines, name):
+    """Yields `lines` (bytes), logging a warning at the first one that is not UTF-8.
+
+    Such text is translated as the bytes it is (the artifact replaces what it cannot
+    read), which for a Latin-1 file garbles every accented word: the warning names the
+    file, the line and the fix, instead of leaving the garbling silent.
+    """
+    warned = False
+    for number, line in enumerate(lines, 1):
+        if not warned:
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                warned = True
+                logger.warning(
+                    "%s: line %d is not UTF-8 (bytes %r): its accented characters will be "
+                    "garbled. Re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`).",
+                    name, number, line[error.start:error.end])
+        yield line
 
 
 def translate_sentences(runner, sentences, batch_size=32, progress=None):
     """Returns the translations (list of str) of `sentences`, in their order.
 
     Args:
-        runner: callable, list of sentences -> outputs dict (see `runtimes`).
+        runner: callable, list of sentences -> outputs dict (see `serving.runners`).
         sentences: list of str or bytes.
         batch_size: int. Sentences per call.
         progress: optional callable, given the number of sentences done after each
             batch.
     """
-    return [translation for chunk in translation_chunks(runner, sentences, batch_size,
-                                                       progress)
-            for translation in chunk]
+    return [translation for window in translation_windows(runner, sentences, batch_size,
+                                                          progress)
+            for translation in window]
 
 
-def translation_chunks(runner, sentences, batch_size=32, progress=None):
-    """Yields the translations of consecutive chunks of `sentences`, in input order.
+def translation_windows(runner, sentences, batch_size=32, progress=None):
+    """Yields the translations of consecutive windows of `sentences`, in input order.
 
-    Each chunk holds `CHUNK_BATCHES` batches of sentences (the last one fewer), batched
-    by length within the chunk. Arguments as `translate_sentences`.
+    Each window holds `WINDOW_BATCHES` batches of sentences (the last one fewer),
+    batched by length within the window. `sentences` may be any iterable (a file's
+    lines): only one window is held at a time. Arguments as `translate_sentences`.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
-    chunk_size = batch_size * CHUNK_BATCHES
-    for chunk_start in range(0, len(sentences), chunk_size):
-        chunk = sentences[chunk_start:chunk_start + chunk_size]
-        order = sorted(range(len(chunk)), key=lambda i: len(chunk[i]))
-        results = [None] * len(chunk)
+    sentences = iter(sentences)
+    done = 0
+    while window := list(itertools.islice(sentences, batch_size * WINDOW_BATCHES)):
+        order = sorted(range(len(window)), key=lambda i: len(window[i]))
+        results = [None] * len(window)
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
-            texts = runtimes.translations(runner([chunk[i] for i in indices]))
+            texts = runners.translations(runner([window[i] for i in indices]))
             for index, text in zip(indices, texts):
                 # One translation per line, whatever characters the detokenizer produced.
                 results[index] = " ".join(text.splitlines())
             if progress:
-                progress(chunk_start + min(start + batch_size, len(order)))
+                progress(done + min(start + batch_size, len(order)))
+        done += len(window)
         yield results
 
 
-def progress_bar(total):
-    """Returns an update function for a Keras progress bar drawn on stderr."""
-    import keras
+def translate_file(runner, sentences, output, *, batch_size=32, progress=None):
+    """Translates `sentences` into the binary stream `output`, one line each.
+
+    Each window's translations are written (UTF-8, one per line) and flushed as soon as
+    they are done.
+
+    Args:
+        runner: callable, list of sentences -> outputs dict (see `serving.runners`).
+        sentences: iterable of str or bytes, e.g. `iter_sentences(file)`.
+        output: a binary file object.
+        batch_size: int. Sentences per call.
+        progress: optional callable, given the number of sentences done.
+
+    Returns:
+        The number of lines translated.
+
+    Raises:
+        TranslationInterrupted: when translating fails or is interrupted; it says how
+            many lines were written, and its `__cause__` is the original error.
+    """
+    done = 0
+    try:
+        for window in translation_windows(runner, sentences, batch_size, progress):
+            output.write("".join(f"{line}\n" for line in window).encode("utf-8"))
+            output.flush()
+            done += len(window)
+    except (Exception, KeyboardInterrupt) as error:
+        raise TranslationInterrupted(done) from error
+    return done
+
+
+class TranslationInterrupted(Exception):
+    """Translating a file stopped; `lines_written` lines of output are complete."""
+
+    def __init__(self, lines_written):
+        super().__init__(f"stopped after {lines_written} lines: the output holds the "
+                         f"translations of the first {lines_written} input lines")
+        self.lines_written = lines_written
+
+
+def progress_bar(total=None):
+    """Returns an update function for a progress bar drawn on stderr.
+
+    Args:
+        total: int or `None` (unknown: a count of sentences done).
+    """
+    import keras  # here: Keras loads its backend, which a .tflite translation does not need
 
     bar = keras.utils.Progbar(total, unit_name="sentence")
 
@@ -86,56 +163,106 @@ def progress_bar(total):
     return update
 
 
-def main(argv=None):
-    """Command line; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m keras_transformer.translate",
-        description="Translate sentences (one per line) with an exported translator.")
-    parser.add_argument("artifact", help="SavedModel directory, .tflite file, or run "
-                                         "directory (uses RUN_DIR/export/saved_model)")
-    parser.add_argument("-i", "--input", help="input file (default: standard input)")
-    parser.add_argument("-o", "--output", help="output file (default: standard output)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per call")
-    parser.add_argument("--beam", action="store_true",
-                        help="beam search instead of greedy decoding")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar (shown by default when reading a file)")
-    args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
-    try:
-        output_paths.check_output_file("--output", args.output, {"--input": args.input})
-        runner = runtimes.open_runner(exported.resolve_artifact(args.artifact),
-                                      beam=args.beam)
-        if args.input:
-            with open(args.input, "rb") as file:
-                sentences = read_sentences(file)
-        else:
-            sentences = read_sentences(sys.stdin.buffer)
-        # Bytes: the translations are UTF-8 whatever the terminal's locale says.
-        output = (open(args.output, "wb") if args.output
-                  else contextlib.nullcontext(sys.stdout.buffer))
-    except (ValueError, OSError) as error:  # bad arguments or files: no traceback
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    progress = (progress_bar(len(sentences))
-                if args.input and sentences and not args.no_progress else None)
-    with output as stream:
-        done = 0
-        try:
-            for chunk in translation_chunks(runner, sentences, args.batch_size, progress):
-                stream.write("".join(f"{line}\n" for line in chunk).encode("utf-8"))
-                stream.flush()
-                done += len(chunk)
-        except (Exception, KeyboardInterrupt) as error:
-            print(f"\nStopped after {done} of {len(sentences)} sentences: "
-                  f"{args.output or 'standard output'} holds the translations of the "
-                  f"first {done} lines.", file=sys.stderr)
-            if isinstance(error, KeyboardInterrupt):
-                return 130
-            raise
-    return 0
+class LoadedTranslator:
+    """A translator to call like a function: a list of sentences in, translations out.
+
+    Made by `load_translator`. `decoder` says how it decodes, e.g. `"beam search (beam
+    4, length penalty 0.6)"`; `artifact` is the file or folder it runs (`None` for a
+    run directory's model in memory); `runner` maps a list of sentences to the raw
+    outputs (`translations`, `token_ids`, `scores`).
+    """
+
+    def __init__(self, runner, *, artifact, beam_size, length_penalty, batch_size):
+        self.runner = runner
+        self.artifact = artifact
+        self.beam_size = beam_size
+        self.length_penalty = length_penalty
+        self.batch_size = batch_size
+
+    @property
+    def decoder(self):
+        if self.beam_size is None:
+            return "greedy"
+        return f"beam search (beam {self.beam_size}, length penalty {self.length_penalty})"
+
+    def __call__(self, sentences):
+        """Returns the translations (list of str) of `sentences` (list of str or bytes)."""
+        return translate_sentences(self.runner, list(sentences), self.batch_size)
+
+    def outputs(self, sentences):
+        """Returns the raw outputs of one call: `translations`, `token_ids`, `scores`."""
+        return self.runner(list(sentences))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
+                    session=False):
+    """Returns a `LoadedTranslator` for a run directory, a SavedModel or a `.tflite` file.
+
+    An artifact translates as it was exported: greedy by default, or with its exported
+    beam search when `beam_size` is given, which must then be the exported beam size
+    (and `length_penalty` the exported α) unless the artifact has no export report to
+    tell. A run directory translates with its exported SavedModel (exported first with
+    the newest weights if it has none) when its settings are asked for, and with the
+    run's model in memory otherwise, so any beam size and α work there.
+
+    Args:
+        path: str. A run directory, a SavedModel directory or a `.tflite` file.
+        beam_size: int or `None` (greedy decoding).
+        length_penalty: float α of beam search, or `None` for the exported (or the
+            paper's 0.6) value.
+        batch_size: int. Sentences per call of the artifact.
+        session: bool. Load a SavedModel with the session-based loader of TF Serving.
+
+    Example:
+    >>> translate = load_translator("runs/multi30k-en-de", beam_size=4)
+    >>> translate(["A man rides a bike."])
+    ['Ein Mann fährt Fahrrad.']
+    """
+    if beam_size is not None and beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    path = os.fspath(path)
+    is_run = os.path.isfile(os.path.join(path, files.CONFIG))
+    exported = _exported_decoder(runners.run_saved_model(path) if is_run else path)
+    if beam_size is not None:
+        length_penalty = (exported.get("length_penalty", 0.6) if length_penalty is None
+                          else length_penalty)
+    wanted = {"beam_size": beam_size, "length_penalty": length_penalty}
+    same = beam_size is None or all(exported.get(name, value) == value
+                                    for name, value in wanted.items())
+    if is_run and not same:
+        return LoadedTranslator(_run_module_runner(path, beam_size, length_penalty),
+                                artifact=None, beam_size=beam_size,
+                                length_penalty=length_penalty, batch_size=batch_size)
+    if not same:
+        raise ValueError(
+            f"{path} was exported with beam size {exported['beam_size']} and length "
+            f"penalty {exported['length_penalty']}: translate with those, export the run "
+            "again with --beam-size/--length-penalty, or name the run directory, which "
+            "translates with any.")
+    artifact = runners.resolve_artifact(path, export_if_missing=is_run)
+    runner = runners.open_runner(artifact, beam=beam_size is not None, session=session)
+    return LoadedTranslator(runner, artifact=artifact, beam_size=beam_size,
+                            length_penalty=length_penalty, batch_size=batch_size)
+
+
+def _exported_decoder(artifact):
+    """The beam size and α recorded for `artifact`'s beam signature (`{}` when unknown)."""
+    if not os.path.exists(artifact):
+        return {"beam_size": 4, "length_penalty": 0.6}  # what `export` would write
+    recorded = (runners.export_report(artifact) or {}).get("translator", {})
+    return {name: recorded[name] for name in ("beam_size", "length_penalty")
+            if name in recorded}
+
+
+def _run_module_runner(run_dir, beam_size, length_penalty):
+    """A `ModuleRunner` over the model of `run_dir` (its newest weights)."""
+    # Imported here: the model code, which artifacts do not need.
+    from keras_transformer.serving.translator import Translator
+    from keras_transformer.training import runs
+
+    _, tokenizer, model = runs.load_run(run_dir)
+    translator = Translator(model, tokenizer, beam_size=beam_size or 1,
+                            length_penalty=length_penalty or 0.0)
+    return runners.ModuleRunner(translator, beam=beam_size is not None)

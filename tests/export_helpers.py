@@ -8,6 +8,14 @@ same nonsense, which is what the tests check.
 import functools
 import types
 
+import keras
+
+from keras_transformer import files
+from keras_transformer.data.text import read_lines
+from keras_transformer.data.tokenizer import END_ID, train_tokenizer
+from keras_transformer.model import Transformer
+from keras_transformer.serving import export
+from keras_transformer.serving.translator import Translator
 from tests.conftest import fixture_corpus
 
 CORPUS = fixture_corpus()
@@ -32,7 +40,6 @@ EMPTY_AND_NOT = ["", "A dog runs.", "   ", "Two men play football in a park."]
 
 def check_only_empty_sentences_translate_to_nothing(outputs):
     """Asserts the contract on a runner's outputs for `EMPTY_AND_NOT`."""
-    from keras_transformer.tokenizer import END_ID
     ends_first = [bool(row[0] == END_ID) for row in outputs["token_ids"]]
     assert ends_first == [True, False, True, False]
     assert [outputs["translations"][i] for i in (0, 2)] == [b"", b""]
@@ -46,7 +53,6 @@ def batch_of(count):
 
 @functools.lru_cache(maxsize=None)
 def validation_sentences():
-    from keras_transformer.corpus import read_lines
     return tuple(read_lines(CORPUS / "val.en.gz"))
 
 
@@ -58,24 +64,17 @@ def tiny_export(directory):
         A namespace with `translator`, `directory` (str), `report`, `saved_model`,
         `tflite` and `tflite_quantized` paths.
     """
-    import keras
-
-    from keras_transformer import exporting, serving
-    from keras_transformer.corpus import read_lines
-    from keras_transformer.model import Transformer
-    from keras_transformer.tokenizer import train_tokenizer
-
     lines = read_lines(CORPUS / "train.en.gz") + read_lines(CORPUS / "train.de.gz")
     tokenizer = train_tokenizer(lines, VOCABULARY_SIZE, verbose=False)
     keras.utils.set_random_seed(0)
     # One layer per stack: every code path of two, for half the tracing and conversion.
     model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
                                     num_layers=1)
-    translator = serving.Translator(model, tokenizer)
-    report = exporting.export_translator(translator, str(directory), quantize=True)
-    exporting.write_report(str(directory), report)
+    translator = Translator(model, tokenizer)
+    report = export.export_translator(translator, str(directory), quantize=True)
+    export.write_report(str(directory), report)
     return types.SimpleNamespace(
         translator=translator, directory=str(directory), report=report,
-        saved_model=str(directory / exporting.SAVED_MODEL),
-        tflite=str(directory / exporting.TFLITE),
-        tflite_quantized=str(directory / exporting.TFLITE_QUANTIZED))
+        saved_model=str(directory / files.SAVED_MODEL),
+        tflite=str(directory / files.TFLITE),
+        tflite_quantized=str(directory / files.TFLITE_QUANTIZED))

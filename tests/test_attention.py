@@ -39,8 +39,9 @@ def projections(layer):
 
 
 def test_unscaled_function_reproduces_the_book_walkthrough():
-    heads = [(X @ w)[None, :, None, :] for w in (W_Q, W_K, W_V)]  # (1, 3, 1, 3)
-    output, weights = scaled_dot_product_attention(*heads, scale=1.0)
+    query, key, value = [(X @ w)[None, None] for w in (W_Q, W_K, W_V)]  # (1, 1, 3, 3)
+    keys = np.swapaxes(key, -1, -2)  # (B, H, K, S): the layout the function reads
+    output, weights = scaled_dot_product_attention(query, keys, value, scale=1.0)
     np.testing.assert_allclose(ops.convert_to_numpy(weights)[0, 0, 0], BOOK_WEIGHTS_INPUT_1,
                                rtol=1e-6)
     np.testing.assert_allclose(ops.convert_to_numpy(output)[0, 0, 0], BOOK_OUTPUT_INPUT_1,
@@ -55,7 +56,8 @@ def test_layer_with_book_weights_reproduces_the_book_walkthrough():
     kernels = {"query": W_Q * math.sqrt(3), "key": W_K, "value": W_V, "output": np.eye(3)}
     for name, dense in projections(layer).items():
         dense.set_weights([kernels[name], np.zeros(3)])
-    output, weights = layer(X[None], X[None], return_attention_scores=True)
+    output = layer(X[None], X[None])
+    weights = layer.attention_weights(X[None], X[None])
     np.testing.assert_allclose(ops.convert_to_numpy(weights)[0, 0, 0], BOOK_WEIGHTS_INPUT_1,
                                rtol=1e-5)
     np.testing.assert_allclose(ops.convert_to_numpy(output)[0, 0], BOOK_OUTPUT_INPUT_1,
@@ -96,8 +98,7 @@ def test_masked_keys_get_zero_weight_and_rows_sum_to_one():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(1, 4, 8)).astype("float32")
     mask = np.array([[[True, True, False, False]] * 4])
-    _, weights = MultiHeadAttention(num_heads=2)(x, x, attention_mask=mask,
-                                                 return_attention_scores=True)
+    weights = MultiHeadAttention(num_heads=2).attention_weights(x, x, attention_mask=mask)
     weights = ops.convert_to_numpy(weights)
     assert weights.shape == (1, 2, 4, 4)
     np.testing.assert_allclose(weights[..., 2:], 0.0, atol=1e-7)

@@ -8,8 +8,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import averaging, config as config_lib, runs
-from keras_transformer.callbacks import list_checkpoints
+from keras_transformer import cli, files
+from keras_transformer import config as config_lib
+from keras_transformer.training import averaging, runs
+from keras_transformer.training.callbacks import list_checkpoints
 
 
 @pytest.fixture(scope="module")
@@ -17,18 +19,18 @@ def saved_run(tmp_path_factory):
     """A run directory with config.json and four checkpoints holding known weights."""
     tmp_path = tmp_path_factory.mktemp("run")
     config = config_lib.preset_config("tiny")
-    config.save(str(tmp_path / runs.CONFIG))
+    config.save(str(tmp_path / files.CONFIG))
     model = runs.build_model(config)
     # Files written during training hold the optimizer state too: do the same.
     model.compile(keras.optimizers.Adam(), "mse")
     model.optimizer.build(model.trainable_variables)
-    (tmp_path / runs.CHECKPOINTS).mkdir()
+    (tmp_path / files.CHECKPOINTS).mkdir()
     saved = {}
     for index, step in enumerate((20, 40, 60, 100)):
         weights = [np.full(w.shape, index + 1.0, w.dtype) * (1 + np.arange(w.size).reshape(
             w.shape) % 3) for w in model.get_weights()]
         model.set_weights(weights)
-        model.save_weights(str(tmp_path / runs.CHECKPOINTS / f"step-{step:08d}.weights.h5"))
+        model.save_weights(str(tmp_path / files.CHECKPOINTS / f"step-{step:08d}.weights.h5"))
         saved[step] = weights
     return tmp_path, config, saved
 
@@ -44,7 +46,7 @@ def run_with_checkpoints(saved_run, tmp_path):
 def test_average_of_the_last_checkpoints_is_their_mean(run_with_checkpoints):
     run_dir, config, saved = run_with_checkpoints
     path = averaging.average_run(str(run_dir), last=2)
-    assert path == str(run_dir / runs.AVERAGED_WEIGHTS)
+    assert path == str(run_dir / files.AVERAGED_WEIGHTS)
     model = runs.build_model(config)
     model.load_weights(path)
     for got, newest, before in zip(model.get_weights(), saved[100], saved[60]):
@@ -54,14 +56,14 @@ def test_average_of_the_last_checkpoints_is_their_mean(run_with_checkpoints):
 
 def test_checkpoints_are_ordered_by_step_not_by_name_length(run_with_checkpoints):
     run_dir, _, _ = run_with_checkpoints
-    names = [os.path.basename(path) for path in list_checkpoints(run_dir / runs.CHECKPOINTS)]
+    names = [os.path.basename(path) for path in list_checkpoints(run_dir / files.CHECKPOINTS)]
     assert names == [f"step-{step:08d}.weights.h5" for step in (20, 40, 60, 100)]
 
 
 def test_command_line_and_fewer_checkpoints_than_asked(run_with_checkpoints, capsys):
     run_dir, config, saved = run_with_checkpoints
     output = run_dir / "mean.weights.h5"
-    averaging.main([str(run_dir), "--last", "10", "--output", str(output)])
+    assert cli.main(["average", str(run_dir), "--last", "10", "--output", str(output)]) == 0
     assert str(output) in capsys.readouterr().out
     model = runs.build_model(config)
     model.load_weights(str(output))
@@ -85,17 +87,17 @@ def test_find_weights_prefers_the_newest_file(run_with_checkpoints):
 def test_no_checkpoints_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="is not a run directory"):
         averaging.average_run(str(tmp_path))
-    config_lib.preset_config("tiny").save(str(tmp_path / runs.CONFIG))
+    config_lib.preset_config("tiny").save(str(tmp_path / files.CONFIG))
     with pytest.raises(FileNotFoundError, match="No checkpoints in .*: train first"):
         averaging.average_run(str(tmp_path))
 
 
 def test_a_truncated_checkpoint_is_named_in_the_error(run_with_checkpoints, capsys):
     run_dir, _, _ = run_with_checkpoints
-    damaged = list_checkpoints(run_dir / runs.CHECKPOINTS)[-2]
+    damaged = list_checkpoints(run_dir / files.CHECKPOINTS)[-2]
     with open(damaged, "r+b") as file:
         file.truncate(os.path.getsize(damaged) // 2)
-    with pytest.raises(SystemExit) as raised:
-        averaging.main([str(run_dir), "--last", "3"])
-    assert str(raised.value).startswith("error: ") and damaged in str(raised.value)
-    assert not os.path.exists(run_dir / runs.AVERAGED_WEIGHTS)
+    assert cli.main(["average", str(run_dir), "--last", "3"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and damaged in error
+    assert not os.path.exists(run_dir / files.AVERAGED_WEIGHTS)

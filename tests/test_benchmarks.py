@@ -9,12 +9,24 @@ import re
 
 import numpy as np
 import pytest
-
 import tensorflow as tf
 
-from benchmarks import (bleu_callback_time, checkpoint_averaging, cold_start, common,
-                        decode_step_ops, decode_throughput, length_penalty, loss_step, mfu,
-                        models, portable_greedy, train_throughput)
+from benchmarks import (
+    bleu_callback_time,
+    checkpoint_averaging,
+    cold_start,
+    common,
+    decode_step_ops,
+    decode_throughput,
+    length_penalty,
+    loss_step,
+    mfu,
+    models,
+    portable_greedy,
+    train_throughput,
+)
+from keras_transformer import files
+from keras_transformer.data import text
 
 TINY_MODEL = ["--vocabulary-size", "300", "--num-layers", "1", "--hidden-dim", "16",
               "--intermediate-dim", "32", "--num-heads", "2", "--max-length", "32"]
@@ -189,7 +201,8 @@ def test_portable_greedy_loops_decode_as_the_shipped_decoder_and_time_every_batc
         for batch in (1, 3)})
 
     # The keras.ops loop against the shipped TensorFlow decoder, END forbidden in both.
-    from keras_transformer import config as config_lib, decoding
+    from keras_transformer import config as config_lib
+    from keras_transformer import decoding
     model_config = config_lib.override(config_lib.preset_config("paper_base"),
                                        MFU_TINY_MODEL).model
     model = portable_greedy.build(model_config, "float32")
@@ -237,23 +250,24 @@ def _untrained_run(tmp_path, fixture_corpus_dir):
 
     import keras
 
-    from keras_transformer import config as config_lib, corpus, runs
-    from keras_transformer.tokenizer import train_tokenizer
+    from keras_transformer import config as config_lib
+    from keras_transformer.data.tokenizer import train_tokenizer
+    from keras_transformer.training import runs
 
     run_dir = tmp_path / "run"
     preset = config_lib.preset_config("tiny")
     run_config = dataclasses.replace(
         preset, data=dataclasses.replace(preset.data, data_dir=str(fixture_corpus_dir)))
-    lines = corpus.read_lines(fixture_corpus_dir / "train.en.gz")
-    tokenizer = train_tokenizer(lines + corpus.read_lines(fixture_corpus_dir / "train.de.gz"),
+    lines = text.read_lines(fixture_corpus_dir / "train.en.gz")
+    tokenizer = train_tokenizer(lines + text.read_lines(fixture_corpus_dir / "train.de.gz"),
                                 run_config.model.vocabulary_size, verbose=False)
     run_config = dataclasses.replace(run_config, model=dataclasses.replace(
         run_config.model, vocabulary_size=tokenizer.vocabulary_size, num_layers=1))
     run_dir.mkdir()
-    run_config.save(str(run_dir / runs.CONFIG))
-    tokenizer.save(str(run_dir / runs.TOKENIZER))
+    run_config.save(str(run_dir / files.CONFIG))
+    tokenizer.save(str(run_dir / files.TOKENIZER))
     keras.utils.set_random_seed(0)
-    runs.build_model(run_config).save_weights(str(run_dir / runs.FINAL_WEIGHTS))
+    runs.build_model(run_config).save_weights(str(run_dir / files.FINAL_WEIGHTS))
     return run_dir
 
 
@@ -273,7 +287,9 @@ def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
 
 @pytest.mark.slow
 def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpus_dir):
-    from keras_transformer import corpus, runs, serving
+    from keras_transformer.data import corpus
+    from keras_transformer.serving import translator as serving
+    from keras_transformer.training import runs
 
     run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
     path = tmp_path / "result.json"
@@ -285,7 +301,7 @@ def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpu
     # Each row is sacreBLEU on the exported graph's beam search with that α: chrF and
     # BLEU's line (n-gram precisions, hypothesis length) depend on every character.
     run_config, tokenizer, model = runs.load_run(str(run_dir), "final")
-    sources, references = (corpus.read_lines(path)[:3]
+    sources, references = (text.read_lines(path)[:3]
                            for path in corpus.corpus_files(run_config.data, "validation"))
     for row in result["rows"]:
         translator = serving.Translator(model, tokenizer, length_penalty=row["alpha"])
@@ -311,11 +327,13 @@ def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path
     import keras
     import numpy as np
 
-    from keras_transformer import corpus, runs, serving
+    from keras_transformer.data import corpus
+    from keras_transformer.serving import translator as serving
+    from keras_transformer.training import runs
 
     run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
     run_config, tokenizer, model = runs.load_run(str(run_dir), "final")
-    checkpoint_dir = run_dir / runs.CHECKPOINTS
+    checkpoint_dir = run_dir / files.CHECKPOINTS
     checkpoint_dir.mkdir()
     saved = {}
     for seed, step in enumerate([10, 20, 30]):
@@ -339,7 +357,7 @@ def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path
 
     # Each row is sacreBLEU on the beam search of the weights it names, averaged here
     # with NumPy and decoded without XLA.
-    sources, references = (corpus.read_lines(path)[:3]
+    sources, references = (text.read_lines(path)[:3]
                            for path in corpus.corpus_files(run_config.data, "validation"))
     expected_weights = [saved[30], [np.mean(pair, axis=0) for pair in zip(saved[20], saved[30])],
                         saved[30]]
@@ -353,13 +371,12 @@ def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path
 
 def test_checkpoint_averaging_refuses_more_checkpoints_than_the_run_kept(tmp_path,
                                                                          fixture_corpus_dir):
-    from keras_transformer import runs
 
     run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
     with pytest.raises(FileNotFoundError, match="No checkpoints"):
         checkpoint_averaging.weight_sets(str(run_dir))
-    (run_dir / runs.CHECKPOINTS).mkdir()
-    (run_dir / runs.CHECKPOINTS / "step-00000010.weights.h5").write_bytes(b"")
+    (run_dir / files.CHECKPOINTS).mkdir()
+    (run_dir / files.CHECKPOINTS / "step-00000010.weights.h5").write_bytes(b"")
     with pytest.raises(ValueError, match="between 1 and the 1 checkpoints"):
         checkpoint_averaging.weight_sets(str(run_dir), [2])
 

@@ -11,9 +11,13 @@ import sacrebleu
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from keras_transformer import DataConfig, Transformer, bleu_callback, corpus, data, runs
-from keras_transformer import serving
-from keras_transformer.tokenizer import END_ID, train_tokenizer
+from keras_transformer import DataConfig, Transformer, files
+from keras_transformer.data import pairs as pairs_lib
+from keras_transformer.data import text
+from keras_transformer.data.tokenizer import END_ID, train_tokenizer
+from keras_transformer.serving import translator as serving
+from keras_transformer.training import bleu as bleu_callback
+from keras_transformer.training import distribution
 
 PAIRS = [("a man rides a horse .", "ein Mann reitet ein Pferd ."),
          ("two dogs play in the snow .", "zwei Hunde spielen im Schnee ."),
@@ -45,7 +49,7 @@ def _model(tokenizer, compile=True):
 def _training_data(tokenizer):
     """Teacher-forcing arrays for the pairs, made as the data pipeline makes them."""
     text = types.SimpleNamespace(source_lines=SOURCES, target_lines=REFERENCES)
-    pairs = data.tokenize_pairs(text, tokenizer, max_length=64)
+    pairs = pairs_lib.tokenize_pairs(text, tokenizer, max_length=64)
     inputs = {"source_ids": pairs.source_ids.to_tensor(),
               "target_ids": pairs.target_ids.to_tensor()}
     return inputs, pairs.targets.to_tensor()
@@ -145,7 +149,7 @@ def test_logs_every_score_keeps_the_best_weights_and_stops_on_patience(tokenizer
     info = bleu_callback.read_best_info(tmp_path / "checkpoints")
     assert (info["bleu"], info["step"], info["epoch"]) == (30.0, 2, 2)
     restored = _model(tokenizer, compile=False)
-    restored.load_weights(os.path.join(tmp_path, "checkpoints", bleu_callback.BEST_WEIGHTS))
+    restored.load_weights(os.path.join(tmp_path, "checkpoints", files.BEST_WEIGHTS))
     for saved, expected, last in zip(restored.get_weights(), snapshots.weights[1],
                                      snapshots.weights[-1]):
         np.testing.assert_array_equal(saved, expected)
@@ -205,12 +209,13 @@ def test_resumed_run_keeps_a_better_earlier_checkpoint(tokenizer, tmp_path):
     callback.on_train_begin()
     callback.on_epoch_end(0, {})
     assert bleu_callback.read_best_info(tmp_path)["bleu"] == 50.0
-    assert model.saved_step(tmp_path / bleu_callback.BEST_WEIGHTS) == 9
+    assert model.saved_step(tmp_path / files.BEST_WEIGHTS) == 9
 
 
-def test_only_the_chief_writes_and_zeros_do_not_count_against_patience(tokenizer, tmp_path, monkeypatch):
+def test_only_the_chief_writes_and_zeros_do_not_count_against_patience(tokenizer, tmp_path,
+                                                                       monkeypatch):
     model = _LookupModel(tokenizer, SOURCES[:2], REFERENCES[:2])
-    monkeypatch.setattr(bleu_callback, "is_chief", lambda strategy: False)
+    monkeypatch.setattr(distribution, "is_chief", lambda: False)
     callback = bleu_callback.BleuCallback(
         SOURCES[:2], REFERENCES[:2], tokenizer, log_dir=tmp_path / "logs",
         checkpoint_dir=tmp_path / "checkpoints", patience=1,
@@ -233,32 +238,16 @@ def test_for_run_reads_the_validation_slice_and_writes_into_the_run(
     data_config = DataConfig(data_dir=str(fixture_corpus_dir))
     sources, references = bleu_callback.validation_slice(data_config, 3)
     assert (sources, references) == (
-        corpus.read_lines(fixture_corpus_dir / "val.en.gz")[:3],
-        corpus.read_lines(fixture_corpus_dir / "val.de.gz")[:3])
+        text.read_lines(fixture_corpus_dir / "val.en.gz")[:3],
+        text.read_lines(fixture_corpus_dir / "val.de.gz")[:3])
     tokenizer = train_tokenizer((sources + references) * 5, 80, verbose=False)
-    tokenizer.save(tmp_path / runs.TOKENIZER)
+    tokenizer.save(tmp_path / files.TOKENIZER)
     callback = bleu_callback.BleuCallback.for_run(str(tmp_path), sources, references,
                                                   **LOOKUP_OPTIONS)
     callback.set_model(_LookupModel(tokenizer, sources, references, step=5))
     callback.on_train_begin()
     callback.on_epoch_end(0, {})
     assert callback.hypotheses == references
-    assert _logged(tmp_path / runs.LOGS / "validation") == [(5, pytest.approx(100.0))]
-    assert bleu_callback.read_best_info(tmp_path / runs.CHECKPOINTS)["bleu"] == (
+    assert _logged(tmp_path / files.LOGS / "validation") == [(5, pytest.approx(100.0))]
+    assert bleu_callback.read_best_info(tmp_path / files.CHECKPOINTS)["bleu"] == (
         pytest.approx(100.0))
-
-
-class _Strategy:
-    def __init__(self, cluster, task_type, task_id):
-        self.cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(cluster), task_type=task_type, task_id=task_id)
-
-
-def test_chief_is_the_chief_task_or_else_worker_zero():
-    workers = {"worker": ["w0:1", "w1:1"]}
-    with_chief = {"chief": ["c:1"], **workers}
-    assert bleu_callback.is_chief(tf.distribute.get_strategy())
-    assert bleu_callback.is_chief(_Strategy(workers, "worker", 0))
-    assert not bleu_callback.is_chief(_Strategy(workers, "worker", 1))
-    assert bleu_callback.is_chief(_Strategy(with_chief, "chief", 0))
-    assert not bleu_callback.is_chief(_Strategy(with_chief, "worker", 0))

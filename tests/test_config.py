@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from keras_transformer import config as config_lib
 from keras_transformer import Transformer
+from keras_transformer import config as config_lib
 
 
 def test_json_round_trip(tmp_path):

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from keras_transformer import corpus
 from keras_transformer.config import DataConfig
+from keras_transformer.data import corpus, multi30k, text
 
 
 def fixture_config(directory, source="en", target="de"):
@@ -27,8 +27,8 @@ def test_reads_each_direction_from_data_dir(fixture_corpus_dir, source, target):
     assert parallel_text.source_file.endswith(f"train.{source}.gz")
     assert parallel_text.target_file.endswith(f"train.{target}.gz")
     assert len(parallel_text) == len(parallel_text.target_lines) == 168
-    assert parallel_text.stats == corpus.FilterStats(read=168, kept=168)
-    expected = corpus.read_lines(fixture_corpus_dir / f"train.{source}.gz")
+    assert parallel_text.stats == text.FilterStats(read=168, kept=168)
+    expected = text.read_lines(fixture_corpus_dir / f"train.{source}.gz")
     assert list(parallel_text.source_lines) == expected
 
 
@@ -67,7 +67,7 @@ def test_other_corpus_reads_named_files(tmp_path):
 
 
 def test_missing_file_names_it_and_the_fix(tmp_path):
-    with pytest.raises(corpus.CorpusFileNotFoundError) as error:
+    with pytest.raises(text.CorpusFileNotFoundError) as error:
         corpus.load_split(fixture_config(tmp_path), "train")
     assert isinstance(error.value, FileNotFoundError)
     assert str(tmp_path / "train.en.gz") in str(error.value)
@@ -77,7 +77,7 @@ def test_missing_file_names_it_and_the_fix(tmp_path):
 def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
     write(tmp_path / "train.en.gz", "One.\nTwo.\nThree.\n", compress=True)
     write(tmp_path / "train.de.gz", "Eins.\nZwei.\n", compress=True)
-    with pytest.raises(corpus.LineCountMismatchError) as error:
+    with pytest.raises(text.LineCountMismatchError) as error:
         corpus.load_split(fixture_config(tmp_path), "train")
     message = str(error.value)
     assert f"{tmp_path / 'train.en.gz'} has 3 lines" in message
@@ -89,28 +89,29 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
     path = tmp_path / "bad.de"
     data = "Ein Mann.\nZwei Frauen.\n".encode() + "Drei Männer.\n".encode("latin-1")
     (tmp_path / "bad.de").write_bytes(gzip.compress(data) if compress else data)
-    with pytest.raises(corpus.CorpusEncodingError,
+    with pytest.raises(text.CorpusEncodingError,
                        match=rf"{path}: line 3: bytes .* not valid UTF-8"):
-        corpus.read_lines(path)
+        text.read_lines(path)
 
 
 def test_truncated_gzip_names_the_file(tmp_path):
     path = tmp_path / "train.en.gz"
     path.write_bytes(gzip.compress(b"A cat.\n" * 100)[:30])
-    with pytest.raises(corpus.CorpusError, match=rf"{path}: corrupt gzip data"):
-        corpus.read_lines(path)
+    with pytest.raises(text.CorpusError, match=rf"{path}: corrupt gzip data"):
+        text.read_lines(path)
 
 
-def test_empty_and_overlong_pairs_are_filtered_and_counted(tmp_path, capsys):
+def test_empty_and_overlong_pairs_are_filtered_and_counted(tmp_path, caplog):
     long_line = "word " * 300
     write(tmp_path / "train.en.gz", f"A cat.\n\nA dog.\n{long_line}\nA bird.\n", compress=True)
     write(tmp_path / "train.de.gz", "Eine Katze.\nLeer.\n \nLang.\nEin Vogel.\n", compress=True)
+    caplog.set_level("INFO", "keras_transformer")
     parallel_text = corpus.load_split(fixture_config(tmp_path), "train")
     assert parallel_text.source_lines == ("A cat.", "A bird.")
     assert parallel_text.target_lines == ("Eine Katze.", "Ein Vogel.")
-    assert parallel_text.stats == corpus.FilterStats(read=5, kept=2, empty=2, too_long=1)
-    assert capsys.readouterr().out == (
-        "multi30k train en-de: kept 2 of 5 pairs (2 empty, 1 too long).\n")
+    assert parallel_text.stats == text.FilterStats(read=5, kept=2, empty=2, too_long=1)
+    assert caplog.messages == [
+        "multi30k train en-de: kept 2 of 5 pairs (2 empty, 1 too long)."]
 
 
 def test_evaluation_splits_keep_every_line_by_default(tmp_path):
@@ -122,7 +123,7 @@ def test_evaluation_splits_keep_every_line_by_default(tmp_path):
 
 def test_lines_split_only_at_newlines(tmp_path):
     write(tmp_path / "text", "\ufeffA\u2028B\x85C\r\nD\n")
-    assert corpus.read_lines(tmp_path / "text") == ["A\u2028B\x85C", "D"]
+    assert text.read_lines(tmp_path / "text") == ["A\u2028B\x85C", "D"]
 
 
 def write(path, text, compress=False):
@@ -166,16 +167,16 @@ def test_download_with_matching_checksum_is_cached_and_read(
     (served / "data").mkdir()
     for name in ("val.en.gz", "val.fr.gz"):
         shutil.copy(fixture_corpus_dir / name, served / "data" / name)
-        monkeypatch.setitem(corpus.MULTI30K_SHA256, name,
+        monkeypatch.setitem(multi30k.SHA256, name,
                             hashlib.sha256((served / "data" / name).read_bytes()).hexdigest())
-    monkeypatch.setenv(corpus.BASE_URL_ENVIRONMENT_VARIABLE, base_url)
+    monkeypatch.setenv(multi30k.URL_ENVIRONMENT_VARIABLE, base_url)
     config = DataConfig(source_language="fr", target_language="en")
     cache = tmp_path / "keras_home"
     parallel_text = corpus.load_split(config, "validation", cache_dir=str(cache),
                                       verbose=False)
     cached = cache / "datasets" / "multi30k"
     assert parallel_text.source_file == str(cached / "val.fr.gz")
-    assert parallel_text.source_lines == tuple(corpus.read_lines(fixture_corpus_dir /
+    assert parallel_text.source_lines == tuple(text.read_lines(fixture_corpus_dir /
                                                                  "val.fr.gz"))
     assert sorted(os.listdir(cached)) == ["val.en.gz", "val.fr.gz"]
     assert sorted(QuietHandler.requests) == ["/data/val.en.gz", "/data/val.fr.gz"]
@@ -187,9 +188,9 @@ def test_download_of_real_multi30k_file_passes_recorded_checksum(
         file_server, multi30k_dir, tmp_path):
     served, base_url = file_server
     shutil.copytree(multi30k_dir, served / "data")
-    path = corpus.download_multi30k("val", "de", cache_dir=str(tmp_path / "cache"),
+    path = multi30k.download("val", "de", cache_dir=str(tmp_path / "cache"),
                                     base_url=base_url)
-    assert len(corpus.read_lines(path)) == 1014
+    assert len(text.read_lines(path)) == 1014
 
 
 def test_download_with_wrong_checksum_fails_and_leaves_no_file(
@@ -198,11 +199,11 @@ def test_download_with_wrong_checksum_fails_and_leaves_no_file(
     (served / "data").mkdir()
     shutil.copy(fixture_corpus_dir / "val.de.gz", served / "data" / "val.de.gz")
     cache = tmp_path / "keras_home"
-    with pytest.raises(corpus.ChecksumMismatchError) as error:
-        corpus.download_multi30k("val", "de", cache_dir=str(cache), base_url=base_url)
+    with pytest.raises(multi30k.ChecksumMismatchError) as error:
+        multi30k.download("val", "de", cache_dir=str(cache), base_url=base_url)
     message = str(error.value)
     assert f"{base_url}/val.de.gz" in message
-    assert corpus.MULTI30K_SHA256["val.de.gz"] in message
+    assert multi30k.SHA256["val.de.gz"] in message
     assert os.listdir(cache / "datasets" / "multi30k") == []
 
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import corpus, data
 from keras_transformer.config import DataConfig
-from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
+from keras_transformer.data import batching, corpus
+from keras_transformer.data import pairs as pairs_lib
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
 
 BATCH_TOKENS = 160
 MAX_LENGTH = 40
@@ -28,14 +29,14 @@ def tokenizer(parallel_text):
 
 @pytest.fixture(scope="module")
 def batches(parallel_text, tokenizer):
-    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+    dataset = batching.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
                                 max_length=MAX_LENGTH, seed=3, verbose=False)
     return [(inputs["source_ids"].numpy(), inputs["target_ids"].numpy(), targets.numpy(),
              weights.numpy()) for inputs, targets, weights in dataset]
 
 
 def test_element_spec(parallel_text, tokenizer):
-    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+    dataset = batching.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
                                 max_length=MAX_LENGTH, verbose=False)
     matrix = tf.TensorSpec([None, None], tf.int32)
     assert dataset.element_spec == (
@@ -80,7 +81,7 @@ def test_decoder_input_is_the_target_shifted_right(batches):
 def test_every_pair_appears_once_and_decodes_to_its_text(batches, parallel_text, tokenizer):
     every_pair = collections.Counter(zip(parallel_text.source_lines,
                                          parallel_text.target_lines))
-    in_order = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+    in_order = batching.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
                                  max_length=MAX_LENGTH, shuffle=False, verbose=False)
     for stream, complete in (([(inputs["source_ids"], inputs["target_ids"])
                                for inputs, _, _ in in_order], True),
@@ -96,20 +97,21 @@ def test_every_pair_appears_once_and_decodes_to_its_text(batches, parallel_text,
             assert decoded <= every_pair and decoded.total() > 0.9 * every_pair.total()
 
 
-def test_long_pairs_are_dropped_and_counted(parallel_text, tokenizer, capsys):
+def test_long_pairs_are_dropped_and_counted(parallel_text, tokenizer, caplog):
     max_length = 20
     source = tokenizer.tokenize(list(parallel_text.source_lines)).row_lengths().numpy()
     target = tokenizer.tokenize(list(parallel_text.target_lines)).row_lengths().numpy()
     too_long = int((np.maximum(source, target) + 2 > max_length).sum())
     assert 0 < too_long < len(parallel_text)
-    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=max_length)
+    pairs = pairs_lib.tokenize_pairs(parallel_text, tokenizer, max_length=max_length)
     assert pairs.num_too_long == too_long
     assert int(pairs.source_ids.nrows()) == len(parallel_text) - too_long
-    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
-                                max_length=max_length, shuffle=False)
-    assert capsys.readouterr().out == (
+    caplog.set_level("INFO", "keras_transformer")
+    dataset = batching.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+                                    max_length=max_length, shuffle=False)
+    assert caplog.messages == [
         f"Batching {len(parallel_text) - too_long} pairs; {too_long} dropped as longer "
-        f"than max_length={max_length}.\n")
+        f"than max_length={max_length}."]
     kept = 0
     for inputs, targets, _ in dataset:
         assert inputs["source_ids"].shape[1] <= max_length >= targets.shape[1]
@@ -118,7 +120,7 @@ def test_long_pairs_are_dropped_and_counted(parallel_text, tokenizer, capsys):
 
 
 def stream_targets(parallel_text, tokenizer, count, **options):
-    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+    dataset = batching.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
                                 max_length=MAX_LENGTH, verbose=False, **options)
     return [targets.numpy().tolist() for _, targets, _ in dataset.take(count)]
 
@@ -138,7 +140,7 @@ def test_same_seed_gives_the_same_batches_and_passes_differ(parallel_text, token
 def test_batches_do_not_depend_on_the_global_seed_or_earlier_iterators(
         parallel_text, tokenizer, batches):
     # What a training run resumed in a fresh process relies on.
-    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+    dataset = batching.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
                                 max_length=MAX_LENGTH, seed=3, verbose=False)
     tf.random.set_seed(1234)
     next(iter(dataset))
@@ -147,8 +149,8 @@ def test_batches_do_not_depend_on_the_global_seed_or_earlier_iterators(
 
 
 def test_a_stream_started_later_goes_on_with_the_same_batches(parallel_text, tokenizer):
-    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
-    per_pass = data.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS,
+    pairs = pairs_lib.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    per_pass = batching.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS,
                                      max_length=MAX_LENGTH)
     whole = stream_targets(parallel_text, tokenizer, 3 * per_pass, repeat=True)
     for start in (1, per_pass - 1, per_pass, 2 * per_pass + 5):
@@ -157,31 +159,31 @@ def test_a_stream_started_later_goes_on_with_the_same_batches(parallel_text, tok
 
 
 def test_batches_per_pass_counts_the_batches_of_a_pass(parallel_text, tokenizer, batches):
-    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
-    assert data.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS,
+    pairs = pairs_lib.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    assert batching.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS,
                                  max_length=MAX_LENGTH) == len(batches)
 
 
 def test_repeat_goes_past_one_epoch(parallel_text, tokenizer, batches):
-    dataset = data.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
+    dataset = batching.make_dataset(parallel_text, tokenizer, batch_tokens=BATCH_TOKENS,
                                 max_length=MAX_LENGTH, repeat=True, verbose=False)
     assert len(list(dataset.take(2 * len(batches)))) == 2 * len(batches)
 
 
 def test_bucket_batch_sizes_fit_the_budget():
-    boundaries = data.bucket_boundaries(256)
+    boundaries = batching.bucket_boundaries(256)
     assert boundaries == sorted(set(boundaries)) and boundaries[-1] <= 256
-    sizes = data.bucket_batch_sizes(boundaries, 256, 4096)
+    sizes = batching.bucket_batch_sizes(boundaries, 256, 4096)
     longest = [bound - 1 for bound in boundaries] + [256]
     assert all(size * length <= 4096 < (size + 1) * length
                for size, length in zip(sizes, longest))
     with pytest.raises(ValueError, match="batch_tokens=100 cannot hold one sequence"):
-        data.bucket_batch_sizes(boundaries, 256, 100)
+        batching.bucket_batch_sizes(boundaries, 256, 100)
 
 
 def test_batches_hold_one_bucket_each_and_partial_ones_are_spread_over_the_pass(batches):
-    boundaries = data.bucket_boundaries(MAX_LENGTH)
-    sizes = data.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS)
+    boundaries = batching.bucket_boundaries(MAX_LENGTH)
+    sizes = batching.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS)
     partial_positions, partial_buckets, batch_buckets = [], [], []
     for position, (source_ids, target_ids, _, _) in enumerate(batches):
         lengths = np.maximum((source_ids != PAD_ID).sum(1), (target_ids != PAD_ID).sum(1))
@@ -203,12 +205,12 @@ def test_batches_hold_one_bucket_each_and_partial_ones_are_spread_over_the_pass(
 
 def test_small_partial_batches_are_left_out_of_training_passes_only(parallel_text,
                                                                     tokenizer):
-    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
-    boundaries = data.bucket_boundaries(MAX_LENGTH)
-    sizes = data.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS)
+    pairs = pairs_lib.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    boundaries = batching.bucket_boundaries(MAX_LENGTH)
+    sizes = batching.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS)
     counts = {}
     for shuffle in (False, True):
-        dataset = data.batch_pairs(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+        dataset = batching.batch_pairs(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
                                    seed=3, shuffle=shuffle)
         fills = []
         for inputs, targets, _ in dataset:
@@ -217,12 +219,12 @@ def test_small_partial_batches_are_left_out_of_training_passes_only(parallel_tex
             bucket, = set(np.searchsorted(boundaries, lengths, side="right"))
             fills.append(len(targets) / sizes[bucket])
         counts[shuffle] = len(fills)
-        assert data.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+        assert batching.batches_per_pass(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
                                      shuffle=shuffle) == len(fills)
         if shuffle:
-            assert min(fills) >= data.MIN_PARTIAL_BATCH_FILL
+            assert min(fills) >= batching.MIN_PARTIAL_BATCH_FILL
         else:  # evaluation keeps every pair
-            assert min(fills) < data.MIN_PARTIAL_BATCH_FILL
+            assert min(fills) < batching.MIN_PARTIAL_BATCH_FILL
             assert sum(int(len(t)) for _, t, _ in dataset) == int(pairs.source_ids.nrows())
     assert counts[True] < counts[False]
 
@@ -230,13 +232,13 @@ def test_small_partial_batches_are_left_out_of_training_passes_only(parallel_tex
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_padding_to_the_bucket_gives_one_shape_per_bucket_and_the_same_pairs(
         parallel_text, tokenizer, shuffle):
-    pairs = data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
-    boundaries = data.bucket_boundaries(MAX_LENGTH)
-    bucket_shapes = set(zip(data.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS),
-                            data.bucket_lengths(boundaries, MAX_LENGTH)))
+    pairs = pairs_lib.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH)
+    boundaries = batching.bucket_boundaries(MAX_LENGTH)
+    bucket_shapes = set(zip(batching.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS),
+                            batching.bucket_lengths(boundaries, MAX_LENGTH)))
     options = dict(batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH, seed=3, shuffle=shuffle)
-    plain = list(data.batch_pairs(pairs, **options))
-    padded = list(data.batch_pairs(pairs, pad_to_bucket=True, **options))
+    plain = list(batching.batch_pairs(pairs, **options))
+    padded = list(batching.batch_pairs(pairs, pad_to_bucket=True, **options))
     assert len(padded) == len(plain)
     plain_shapes, padded_shapes = set(), set()
     for (inputs, targets, weights), (padded_inputs, padded_targets, padded_weights) in zip(
@@ -263,11 +265,11 @@ NBEST = 8
 
 @pytest.fixture(scope="module")
 def sampled_pairs(parallel_text, tokenizer):
-    return data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH, nbest=NBEST)
+    return pairs_lib.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH, nbest=NBEST)
 
 
 def sampled_stream(pairs, count, **options):
-    dataset = data.batch_pairs(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+    dataset = batching.batch_pairs(pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
                                **options)
     return [(inputs["source_ids"].numpy(), inputs["target_ids"].numpy(), targets.numpy())
             for inputs, targets, _ in dataset.take(count)]
@@ -285,7 +287,7 @@ def pieces(rows, first):
 
 def test_subword_sampling_trains_on_other_segmentations_of_the_same_text(
         parallel_text, tokenizer, sampled_pairs):
-    per_pass = data.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
+    per_pass = batching.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
                                      max_length=MAX_LENGTH)
     stream = sampled_stream(sampled_pairs, 2 * per_pass, seed=3, repeat=True)
     every_pair = collections.Counter(zip(parallel_text.source_lines,
@@ -312,7 +314,7 @@ def test_subword_sampling_trains_on_other_segmentations_of_the_same_text(
 
 def test_subword_sampling_is_a_function_of_seed_and_position(sampled_pairs):
     # What a training run resumed in a fresh process relies on.
-    per_pass = data.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
+    per_pass = batching.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
                                      max_length=MAX_LENGTH)
     whole = sampled_stream(sampled_pairs, 2 * per_pass + 8, seed=3, repeat=True)
     tf.random.set_seed(99)
@@ -327,7 +329,7 @@ def test_subword_sampling_is_a_function_of_seed_and_position(sampled_pairs):
 
 
 def test_evaluation_passes_use_the_most_likely_segmentation(sampled_pairs):
-    plain = data.TokenizedPairs(sampled_pairs.source_ids, sampled_pairs.target_ids,
+    plain = pairs_lib.TokenizedPairs(sampled_pairs.source_ids, sampled_pairs.target_ids,
                                 sampled_pairs.targets, sampled_pairs.num_too_long)
     streams = []
     for pairs in (sampled_pairs, plain):
@@ -342,7 +344,7 @@ def test_evaluation_passes_use_the_most_likely_segmentation(sampled_pairs):
 
 
 def test_a_pass_with_sampling_has_the_batches_counted_within_budget(sampled_pairs):
-    per_pass = data.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
+    per_pass = batching.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
                                      max_length=MAX_LENGTH)
     for pad_to_bucket in (False, True):
         batches = sampled_stream(sampled_pairs, 10 * per_pass, seed=5,
@@ -354,13 +356,13 @@ def test_a_pass_with_sampling_has_the_batches_counted_within_budget(sampled_pair
 def test_segmentations_are_drawn_with_probability_proportional_to_p_to_the_alpha():
     log_probs = [-1.0, -2.0, -4.0]
     count = 20000
-    candidates = data.SegmentationCandidates(
+    candidates = pairs_lib.SegmentationCandidates(
         source=tf.ragged.constant([[[5], [6], [7]]] * count, tf.int32),
         target=tf.ragged.constant([[[8, 9], [10]]] * count, tf.int32),
         source_log_probs=tf.ragged.constant([log_probs] * count, tf.float32),
         target_log_probs=tf.ragged.constant([[-3.0, -3.0]] * count, tf.float32))
     for alpha in (0.5, 2.0):
-        source_ids, target_ids, targets = data._sample_segmentations(
+        source_ids, target_ids, targets = pairs_lib.sample_segmentations(
             candidates, alpha, tf.constant([1, 2], tf.int64))
         drawn = source_ids.to_tensor().numpy()
         assert (drawn[:, 0] == START_ID).all() and (drawn[:, 2] == END_ID).all()
@@ -376,7 +378,7 @@ def test_segmentations_are_drawn_with_probability_proportional_to_p_to_the_alpha
 def test_bad_subword_sampling_settings_name_the_config_field(parallel_text, tokenizer,
                                                              sampled_pairs):
     with pytest.raises(ValueError, match=r"DataConfig.subword_nbest\) must be at least 1"):
-        data.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH, nbest=0)
+        pairs_lib.tokenize_pairs(parallel_text, tokenizer, max_length=MAX_LENGTH, nbest=0)
     with pytest.raises(ValueError, match=r"DataConfig.subword_alpha\) must be positive"):
-        data.batch_pairs(sampled_pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
+        batching.batch_pairs(sampled_pairs, batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
                          subword_alpha=0.0)

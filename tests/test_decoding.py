@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer
-from keras_transformer import decoding
+from keras_transformer import Transformer, decoding
 
 PAD, START, END = 0, 2, 3
 MAX_LENGTH = 10

@@ -7,8 +7,11 @@ import re
 
 import pytest
 
+from keras_transformer import cli, files, translate
 from keras_transformer import config as config_lib
-from keras_transformer import corpus, distillation, exported, exporting, runtimes, translate
+from keras_transformer.data import corpus, text
+from keras_transformer.serving import runners
+from keras_transformer.tools import distillation
 
 
 def teacher_translation(sentence):
@@ -32,7 +35,7 @@ class Teacher:
 @pytest.fixture
 def teacher_run(tmp_path, fixture_corpus_dir):
     run = tmp_path / "teacher"
-    saved_model = pathlib.Path(exported.run_saved_model(str(run)))
+    saved_model = pathlib.Path(runners.run_saved_model(str(run)))
     saved_model.mkdir(parents=True)
     (saved_model / "saved_model.pb").touch()
     preset = config_lib.preset_config("tiny")
@@ -43,7 +46,7 @@ def teacher_run(tmp_path, fixture_corpus_dir):
 
 
 def use_teacher(monkeypatch, teacher):
-    monkeypatch.setattr(runtimes, "open_runner", lambda artifact, beam: teacher)
+    monkeypatch.setattr(runners, "open_runner", lambda artifact, beam: teacher)
 
 
 def test_student_corpus_is_the_original_pairs_then_the_teacher_translations(
@@ -52,15 +55,15 @@ def test_student_corpus_is_the_original_pairs_then_the_teacher_translations(
     output = tmp_path / "distilled"
     count = distillation.distill(str(teacher_run), str(output), verbose=False)
 
-    sources = corpus.read_lines(fixture_corpus_dir / "train.en.gz")
-    targets = corpus.read_lines(fixture_corpus_dir / "train.de.gz")
+    sources = text.read_lines(fixture_corpus_dir / "train.en.gz")
+    targets = text.read_lines(fixture_corpus_dir / "train.de.gz")
     assert count == len(sources) > 0
-    assert corpus.read_lines(output / "train.en.gz") == sources + sources
-    assert corpus.read_lines(output / "train.de.gz") == targets + [
+    assert text.read_lines(output / "train.en.gz") == sources + sources
+    assert text.read_lines(output / "train.de.gz") == targets + [
         teacher_translation(s) for s in sources]
     for name in ("val.en.gz", "val.de.gz", "test_2016_flickr.en.gz",
                  "test_2016_flickr.de.gz"):
-        assert corpus.read_lines(output / name) == corpus.read_lines(
+        assert text.read_lines(output / name) == text.read_lines(
             fixture_corpus_dir / name)
     # Training reads it as it reads Multi30K.
     student_data = config_lib.DataConfig(data_dir=str(output))
@@ -70,14 +73,14 @@ def test_student_corpus_is_the_original_pairs_then_the_teacher_translations(
 
 def test_distillation_carries_on_from_the_translations_a_failed_run_wrote(
         teacher_run, tmp_path, fixture_corpus_dir, monkeypatch):
-    monkeypatch.setattr(translate, "CHUNK_BATCHES", 1)
+    monkeypatch.setattr(translate, "WINDOW_BATCHES", 1)
     output = tmp_path / "distilled"
     use_teacher(monkeypatch, Teacher(fail_at=3))
     with pytest.raises(RuntimeError, match="the decoder failed"):
         distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
     teacher_file = output / "teacher.train.de"
-    sources = corpus.read_lines(fixture_corpus_dir / "train.en.gz")
-    assert corpus.read_lines(teacher_file) == [teacher_translation(s) for s in sources[:8]]
+    sources = text.read_lines(fixture_corpus_dir / "train.en.gz")
+    assert text.read_lines(teacher_file) == [teacher_translation(s) for s in sources[:8]]
     assert not (output / "train.de.gz").exists()
     with open(teacher_file, "ab") as file:
         file.write(b"<a line cut sh")  # as a write interrupted mid-line leaves it
@@ -86,7 +89,7 @@ def test_distillation_carries_on_from_the_translations_a_failed_run_wrote(
     use_teacher(monkeypatch, teacher)
     distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
     assert sorted(sum(teacher.translated, [])) == sorted(sources[8:])  # by length per batch
-    assert corpus.read_lines(output / "train.de.gz")[len(sources):] == [
+    assert text.read_lines(output / "train.de.gz")[len(sources):] == [
         teacher_translation(s) for s in sources]
 
 
@@ -96,8 +99,8 @@ def test_distillation_refuses_to_continue_another_teachers_translations(
     output = tmp_path / "distilled"
     distillation.distill(str(teacher_run), str(output), verbose=False)
     with pytest.raises(ValueError, match="another teacher"):
-        distillation.distill(str(teacher_run), str(output), beam=False, verbose=False)
-    saved_model = pathlib.Path(exported.run_saved_model(str(teacher_run)))
+        distillation.distill(str(teacher_run), str(output), beam=True, verbose=False)
+    saved_model = pathlib.Path(runners.run_saved_model(str(teacher_run)))
     (saved_model / "saved_model.pb").write_bytes(b"re-exported")
     with pytest.raises(ValueError, match="another teacher"):
         distillation.distill(str(teacher_run), str(output), verbose=False)
@@ -112,7 +115,7 @@ def test_distillation_refuses_a_teacher_of_another_corpus(tmp_path, capsys):
     with pytest.raises(ValueError, match="corpus='multi30k'"):
         distillation.distill(str(run), str(tmp_path / "out"), verbose=False)
     # The command says so in one line, without a traceback.
-    assert distillation.main([str(run), str(tmp_path / "out")]) == 2
+    assert cli.main(["distill", str(run), "-o", str(tmp_path / "out")]) == 2
     assert "corpus='multi30k'" in capsys.readouterr().err
 
 
@@ -127,17 +130,17 @@ def test_an_artifact_exported_from_the_teacher_run_translates_instead_of_its_own
         opened.append((artifact, beam))
         return Teacher()
 
-    monkeypatch.setattr(runtimes, "open_runner", open_runner)
+    monkeypatch.setattr(runners, "open_runner", open_runner)
     output = tmp_path / "distilled"
-    assert distillation.main([str(teacher_run), str(output), "--artifact", str(ensemble),
-                              "--greedy"]) == 0
+    assert cli.main(["distill", str(teacher_run), "-o", str(output), "--artifact",
+                     str(ensemble)]) == 0
     assert opened == [(str(ensemble), False)]
     assert (output / "train.de.gz").exists()
     # The run's own SavedModel is another teacher: its translations do not continue these.
     with pytest.raises(ValueError, match="another teacher"):
-        distillation.distill(str(teacher_run), str(output), beam=False, verbose=False)
+        distillation.distill(str(teacher_run), str(output), verbose=False)
     # An artifact that is not there: one line saying what was expected, no traceback.
-    assert distillation.main([str(teacher_run), str(tmp_path / "other"), "--artifact",
+    assert cli.main(["distill", str(teacher_run), "-o", str(tmp_path / "other"), "--artifact",
                               str(tmp_path / "missing")]) == 2
     assert "neither a SavedModel directory" in capsys.readouterr().err
 
@@ -149,18 +152,18 @@ def test_an_artifact_of_another_language_pair_is_refused_before_translating(
     (export_dir / "saved_model" / "saved_model.pb").write_bytes(b"an en-fr model")
     report = {"run": {"config": {"data": {"source_language": "en",
                                           "target_language": "fr"}}}}
-    (export_dir / exporting.REPORT_JSON).write_text(json.dumps(report))
+    (export_dir / files.REPORT_JSON).write_text(json.dumps(report))
     teacher = Teacher()
     use_teacher(monkeypatch, teacher)
     output = tmp_path / "distilled"
-    assert distillation.main([str(teacher_run), str(output), "--artifact",
+    assert cli.main(["distill", str(teacher_run), "-o", str(output), "--artifact",
                               str(export_dir / "saved_model")]) == 2
     assert "translates en→fr" in capsys.readouterr().err
     assert teacher.translated == []
     # The same report naming the run's own pair lets it through.
     report["run"]["config"]["data"]["target_language"] = "de"
-    (export_dir / exporting.REPORT_JSON).write_text(json.dumps(report))
-    assert distillation.main([str(teacher_run), str(output), "--artifact",
+    (export_dir / files.REPORT_JSON).write_text(json.dumps(report))
+    assert cli.main(["distill", str(teacher_run), "-o", str(output), "--artifact",
                               str(export_dir / "saved_model")]) == 0
     assert teacher.translated
 
@@ -174,20 +177,20 @@ def test_an_unreadable_export_report_is_named_with_the_fix(
     export_dir = tmp_path / "export"
     (export_dir / "saved_model").mkdir(parents=True)
     (export_dir / "saved_model" / "saved_model.pb").write_bytes(b"a model")
-    report_path = export_dir / exporting.REPORT_JSON
+    report_path = export_dir / files.REPORT_JSON
     report_path.write_text(text)
     teacher = Teacher()
     use_teacher(monkeypatch, teacher)
-    assert distillation.main([str(teacher_run), str(tmp_path / "distilled"), "--artifact",
+    assert cli.main(["distill", str(teacher_run), "-o", str(tmp_path / "distilled"), "--artifact",
                               str(export_dir / "saved_model")]) == 2
     error = capsys.readouterr().err
-    assert f"{report_path}: {problem}" in error and "python -m export" in error
+    assert f"{report_path}: {problem}" in error and "keras-transformer export" in error
     assert teacher.translated == []
 
 
 def test_an_unreadable_teacher_record_is_named_with_the_fix(
         teacher_run, tmp_path, monkeypatch):
-    monkeypatch.setattr(translate, "CHUNK_BATCHES", 1)
+    monkeypatch.setattr(translate, "WINDOW_BATCHES", 1)
     use_teacher(monkeypatch, Teacher(fail_at=3))
     output = tmp_path / "distilled"
     with pytest.raises(RuntimeError, match="the decoder failed"):

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from keras_transformer import distribution
+from keras_transformer.training import distribution
 
 # Runs in a fresh process: logical devices must be set before TensorFlow starts.
 REPLICA_SCRIPT = textwrap.dedent("""
@@ -21,7 +21,9 @@ REPLICA_SCRIPT = textwrap.dedent("""
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
     import numpy as np
-    from keras_transformer import config as config_lib, runs, training
+    from keras_transformer import config as config_lib
+    from keras_transformer.training import runs
+    from keras_transformer.training import fit as training
 
     config = config_lib.override(config_lib.preset_config("tiny"), ["dropout=0.0"])
     rng = np.random.default_rng(0)

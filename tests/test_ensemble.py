@@ -7,10 +7,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer, decoding, exporting, runs, training
+from keras_transformer import Transformer, cli, decoding, files
 from keras_transformer import config as config_lib
-from keras_transformer import corpus, runtimes, self_check, serving
-from keras_transformer.ensemble import Ensemble, TokenizerMismatchError, load_ensemble
+from keras_transformer.data import corpus
+from keras_transformer.decoding.ensemble import Ensemble
+from keras_transformer.serving import export as exporting
+from keras_transformer.serving import runners, self_check
+from keras_transformer.serving import translator as serving
+from keras_transformer.training import fit as training
+from keras_transformer.training import runs
+from keras_transformer.training.runs import TokenizerMismatchError, load_ensemble
 from tests.export_helpers import validation_sentences
 from tests.test_decoding import END, PrefixTreeModel, padded
 
@@ -108,7 +114,7 @@ def run_dirs(tmp_path_factory, fixture_corpus_dir):
         train_text = corpus.load_split(config.data, "train", verbose=False)
         config, _ = training.prepare_run_dir(config, str(root / name), train_text)
         keras.utils.set_random_seed(seed)
-        runs.build_model(config).save_weights(str(root / name / runs.FINAL_WEIGHTS))
+        runs.build_model(config).save_weights(str(root / name / files.FINAL_WEIGHTS))
         made[name] = str(root / name)
     return made
 
@@ -117,12 +123,12 @@ def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs):
     with pytest.raises(TokenizerMismatchError,
                        match=r"other/tokenizer/tokenizer.model differs from"):
         load_ensemble([run_dirs["a"], run_dirs["other"]], "final")
-    status = exporting.main([run_dirs["a"], "--ensemble", run_dirs["other"]])
-    assert status == 1
+    status = cli.main(["export", run_dirs["a"], "--ensemble", run_dirs["other"]])
+    assert status == 2
     # A repeated flag adds its runs: the mismatched run named first is not dropped.
-    status = exporting.main([run_dirs["a"], "--ensemble", run_dirs["other"],
-                             "--ensemble", run_dirs["b"]])
-    assert status == 1
+    status = cli.main(["export", run_dirs["a"], "--ensemble", run_dirs["other"],
+                       "--ensemble", run_dirs["b"]])
+    assert status == 2
 
 
 @pytest.mark.slow
@@ -131,15 +137,15 @@ def test_the_exported_ensemble_translates_as_the_ensemble_in_memory(run_dirs, tm
         run_dirs["a"], weights="final", output_dir=str(tmp_path / "export"),
         quantize=False, ensemble=[run_dirs["b"]], max_output_length=16)
     assert [member["run_dir"] for member in report["run"]["ensemble"]] == [run_dirs["b"]]
-    with open(tmp_path / "export" / exporting.REPORT_JSON, encoding="utf-8") as file:
-        assert json.load(file)["run"]["ensemble"][0]["weights"].endswith(runs.FINAL_WEIGHTS)
+    with open(tmp_path / "export" / files.REPORT_JSON, encoding="utf-8") as file:
+        assert json.load(file)["run"]["ensemble"][0]["weights"].endswith(files.FINAL_WEIGHTS)
 
     _, tokenizer, ensemble, _ = load_ensemble([run_dirs["a"], run_dirs["b"]], "final")
     sentences = list(validation_sentences())[:8]
     in_memory = decoding.decode_function(decoding.greedy_decode, ensemble, max_length=16)
     source_ids = serving.Translator(ensemble, tokenizer).source_ids(
-        tf.constant(runtimes.encode_sentences(sentences)))
-    saved = runtimes.SavedModelRunner(f"{output_dir}/{exporting.SAVED_MODEL}")(sentences)
+        tf.constant(runners.encode_sentences(sentences)))
+    saved = runners.SavedModelRunner(f"{output_dir}/{files.SAVED_MODEL}")(sentences)
     expected = in_memory(source_ids).ids.numpy()
     assert self_check.token_sequences(saved["token_ids"]) == \
         self_check.token_sequences(expected)

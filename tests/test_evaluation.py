@@ -2,12 +2,16 @@
 
 import gzip
 import json
+import os
 
 import pytest
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import evaluation, exported, exporting, runtimes, serving
+from keras_transformer import cli, evaluation, files
+from keras_transformer.data.text import read_lines
+from keras_transformer.serving import export as exporting
+from keras_transformer.serving import runners
 from tests.export_helpers import CORPUS, tiny_export, validation_sentences
 
 SOURCE = ["a man rides a horse .", "two dogs play in the snow .",
@@ -44,7 +48,7 @@ def stand_in():
 def saved_model(tmp_path_factory, stand_in):
     path = str(tmp_path_factory.mktemp("artifact") / "saved_model")
     tf.saved_model.save(stand_in, path, signatures={
-        serving.GREEDY_SIGNATURE: stand_in.greedy, serving.BEAM_SIGNATURE: stand_in.beam})
+        files.GREEDY_SIGNATURE: stand_in.greedy, files.BEAM_SIGNATURE: stand_in.beam})
     return path
 
 
@@ -55,7 +59,7 @@ def tiny(tmp_path_factory):
 
 
 @pytest.fixture()
-def files(tmp_path):
+def text_files(tmp_path):
     source, reference = tmp_path / "test.en.gz", tmp_path / "test.de"
     with gzip.open(source, "wt", encoding="utf-8") as file:
         file.writelines(f"{line}\n" for line in SOURCE)
@@ -82,29 +86,29 @@ def _assert_sacrebleu_scores(scores, hypotheses, references=REFERENCE):
         assert f"{scores[metric]['signature']} = " in scores[metric]["text"]
 
 
-def test_saved_model_score_equals_sacrebleu_on_its_outputs(saved_model, files, tmp_path):
+def test_saved_model_score_equals_sacrebleu_on_its_outputs(saved_model, text_files, tmp_path):
     output = tmp_path / "hypotheses.de"
-    scores = evaluation.evaluate(saved_model, *files, batch_size=3, output=str(output),
+    scores = evaluation.evaluate(saved_model, *text_files, batch_size=3, output=str(output),
                                  verbose=False)
-    hypotheses = _direct_outputs(saved_model, serving.GREEDY_SIGNATURE)
+    hypotheses = _direct_outputs(saved_model, files.GREEDY_SIGNATURE)
     assert output.read_text(encoding="utf-8").splitlines() == hypotheses
     _assert_sacrebleu_scores(scores, hypotheses)
     assert 0 < scores["bleu"]["score"] < 100
     assert scores["sentences"] == len(SOURCE)
 
 
-def test_beam_uses_the_beam_signature(saved_model, files):
-    scores = evaluation.evaluate(saved_model, *files, beam=True, verbose=False)
-    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, serving.BEAM_SIGNATURE))
+def test_beam_uses_the_beam_signature(saved_model, text_files):
+    scores = evaluation.evaluate(saved_model, *text_files, beam=True, verbose=False)
+    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, files.BEAM_SIGNATURE))
     assert scores["beam"] is True
 
 
-def test_mismatched_source_and_reference_name_both_files_and_counts(saved_model, files,
+def test_mismatched_source_and_reference_name_both_files_and_counts(saved_model, text_files,
                                                                     tmp_path):
     short = tmp_path / "short.de"
     short.write_text("one line\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{files[0]} has 4 lines but {short} has 1"):
-        evaluation.evaluate(saved_model, files[0], str(short), verbose=False)
+    with pytest.raises(ValueError, match=rf"{text_files[0]} has 4 lines but {short} has 1"):
+        evaluation.evaluate(saved_model, text_files[0], str(short), verbose=False)
 
 
 def test_mismatched_hypotheses_and_references_are_an_error():
@@ -113,71 +117,74 @@ def test_mismatched_hypotheses_and_references_are_an_error():
                          references_name="refs.de")
 
 
-def test_command_line_prints_signatures_and_writes_json(saved_model, files, tmp_path,
+def test_command_line_prints_signatures_and_writes_json(saved_model, text_files, tmp_path,
                                                         capsys):
     json_path = tmp_path / "scores.json"
-    status = evaluation.main(["--artifact", saved_model, "--source", files[0],
-                              "--reference", files[1], "--json", str(json_path), "--quiet"])
+    status = cli.main(["evaluate", saved_model, "--source", text_files[0],
+                       "--reference", text_files[1], "--json", str(json_path)])
     assert status == 0
     written = json.loads(json_path.read_text(encoding="utf-8"))
+    assert written["artifact"] == saved_model and written["decoder"] == "greedy"
+    scores = written["splits"][os.path.basename(text_files[0])]
     printed = capsys.readouterr().out
-    assert printed.startswith(f"{saved_model} (greedy): 4 sentences of {files[0]}")
+    assert printed.startswith("greedy:\n")
+    assert f"{scores['bleu']['score']:.2f}" in printed
     for metric in ("bleu", "chrf"):
-        assert f"{written[metric]['signature']} = " in printed
-    _assert_sacrebleu_scores(written, _direct_outputs(saved_model, serving.GREEDY_SIGNATURE))
+        assert scores[metric]["signature"] in printed
+    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, files.GREEDY_SIGNATURE))
 
 
-def test_command_line_reports_mismatched_files(saved_model, files, tmp_path, capsys):
+def test_command_line_reports_mismatched_files(saved_model, text_files, tmp_path, capsys):
     short = tmp_path / "short.de"
     short.write_text("one line\n", encoding="utf-8")
-    status = evaluation.main(["--artifact", saved_model, "--source", files[0],
-                              "--reference", str(short), "--quiet"])
+    status = cli.main(["evaluate", saved_model, "--source", text_files[0],
+                       "--reference", str(short)])
     assert status == 2
     assert f"{short} has 1" in capsys.readouterr().err
 
 
-def test_session_loader_scores_the_same(saved_model, files):
-    scores = evaluation.evaluate(saved_model, *files, session=True, verbose=False)
-    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, serving.GREEDY_SIGNATURE))
+def test_session_loader_scores_the_same(saved_model, text_files):
+    scores = evaluation.evaluate(saved_model, *text_files, session=True, verbose=False)
+    _assert_sacrebleu_scores(scores, _direct_outputs(saved_model, files.GREEDY_SIGNATURE))
 
 
-def test_missing_beam_signature_is_a_clear_error(tmp_path, stand_in, files):
+def test_missing_beam_signature_is_a_clear_error(tmp_path, stand_in, text_files):
     path = str(tmp_path / "greedy_only")
-    tf.saved_model.save(stand_in, path, signatures={serving.GREEDY_SIGNATURE: stand_in.greedy})
-    with pytest.raises(ValueError, match="has no signature 'beam_search'.*python -m export"):
-        evaluation.evaluate(path, *files, beam=True, verbose=False)
+    tf.saved_model.save(stand_in, path, signatures={files.GREEDY_SIGNATURE: stand_in.greedy})
+    with pytest.raises(ValueError, match="has no signature 'beam_search'.*export RUN_DIR"):
+        evaluation.evaluate(path, *text_files, beam=True, verbose=False)
 
 
 def test_run_directory_stands_for_its_export_and_is_exported_when_missing(
-        tmp_path, stand_in, files, monkeypatch):
+        tmp_path, stand_in, text_files, monkeypatch):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}", encoding="utf-8")
-    with pytest.raises(FileNotFoundError, match=f"python -m export {run_dir}"):
-        exported.resolve_artifact(str(run_dir))
+    with pytest.raises(FileNotFoundError, match=f"keras-transformer export {run_dir}"):
+        runners.resolve_artifact(str(run_dir))
     exports = []
 
     def export_run(path):
         exports.append(path)
-        tf.saved_model.save(stand_in, exported.run_saved_model(path), signatures={
-            serving.GREEDY_SIGNATURE: stand_in.greedy})
+        tf.saved_model.save(stand_in, runners.run_saved_model(path), signatures={
+            files.GREEDY_SIGNATURE: stand_in.greedy})
 
     monkeypatch.setattr(exporting, "export_run", export_run)
-    scores = evaluation.evaluate(str(run_dir), *files, verbose=False)
+    scores = evaluation.evaluate(str(run_dir), *text_files, verbose=False)
     assert exports == [str(run_dir)]
     assert scores["artifact"] == str(run_dir / "export" / "saved_model")
     _assert_sacrebleu_scores(scores, _direct_outputs(scores["artifact"],
-                                                     serving.GREEDY_SIGNATURE))
-    evaluation.evaluate(str(run_dir), *files, verbose=False)
+                                                     files.GREEDY_SIGNATURE))
+    evaluation.evaluate(str(run_dir), *text_files, verbose=False)
     assert len(exports) == 1
 
 
 def test_real_export_is_scored_on_what_it_serves(tiny, tmp_path):
     sources = list(validation_sentences()[:6])
-    greedy = _direct_outputs(tiny.saved_model, serving.GREEDY_SIGNATURE, sources=sources)
+    greedy = _direct_outputs(tiny.saved_model, files.GREEDY_SIGNATURE, sources=sources)
     # Half the references are the greedy output itself, so chrF is well above 0 (BLEU
     # stays 0: an untrained model's outputs are one long "word", with no 4-grams).
-    german = evaluation.read_lines(CORPUS / "val.de.gz")[:6]
+    german = read_lines(CORPUS / "val.de.gz")[:6]
     references = [greedy[i] if i % 2 else line for i, line in enumerate(german)]
     source_file, reference_file = tmp_path / "val.en", tmp_path / "val.de"
     source_file.write_text("".join(f"{line}\n" for line in sources), encoding="utf-8")
@@ -187,7 +194,7 @@ def test_real_export_is_scored_on_what_it_serves(tiny, tmp_path):
     _assert_sacrebleu_scores(scores, greedy, references)
     assert scores["chrf"]["score"] > 10
     # The TFLite translator is scored on its own outputs (the same, up to float error).
-    tflite = runtimes.translations(runtimes.TFLiteRunner(tiny.tflite)(sources))
+    tflite = runners.translations(runners.TFLiteRunner(tiny.tflite)(sources))
     scores = evaluation.evaluate(tiny.tflite, str(source_file), str(reference_file),
                                  batch_size=4, verbose=False)
     _assert_sacrebleu_scores(scores, tflite, references)

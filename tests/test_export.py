@@ -8,11 +8,18 @@ import sys
 
 import pytest
 
-from keras_transformer import export_checks, exporting, runtimes, self_check, translate
+from keras_transformer import cli, files, translate
+from keras_transformer.serving import op_checks as export_checks
+from keras_transformer.serving import runners, self_check
 from tests.conftest import REPOSITORY
-from tests.export_helpers import (BAD_INPUTS, EMPTY_AND_NOT, batch_of,
-                                  check_only_empty_sentences_translate_to_nothing, tiny_export,
-                                  validation_sentences)
+from tests.export_helpers import (
+    BAD_INPUTS,
+    EMPTY_AND_NOT,
+    batch_of,
+    check_only_empty_sentences_translate_to_nothing,
+    tiny_export,
+    validation_sentences,
+)
 
 CASES = {**BAD_INPUTS, "batch_of_512": None}
 ENVIRONMENT = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -25,7 +32,7 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tflite_runner(exported):
-    return runtimes.TFLiteRunner(exported.tflite)
+    return runners.TFLiteRunner(exported.tflite)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -38,14 +45,14 @@ def test_tflite_answers_one_string_per_input(tflite_runner, case):
 
 
 def test_tflite_beam_signature_answers_every_bad_input(exported):
-    beam = runtimes.TFLiteRunner(exported.tflite, runtimes.BEAM_SIGNATURE)
+    beam = runners.TFLiteRunner(exported.tflite, files.BEAM_SIGNATURE)
     for sentences in BAD_INPUTS.values():
         assert beam(sentences)["translations"].shape == (len(sentences),)
 
 
-@pytest.mark.parametrize("signature", [runtimes.GREEDY_SIGNATURE, runtimes.BEAM_SIGNATURE])
+@pytest.mark.parametrize("signature", [files.GREEDY_SIGNATURE, files.BEAM_SIGNATURE])
 def test_tflite_translates_only_empty_sentences_to_nothing(exported, signature):
-    runner = runtimes.TFLiteRunner(exported.tflite, signature)
+    runner = runners.TFLiteRunner(exported.tflite, signature)
     check_only_empty_sentences_translate_to_nothing(runner(EMPTY_AND_NOT))
 
 
@@ -60,7 +67,7 @@ def test_tflite_has_only_builtins_and_tf_text_custom_ops(exported):
 
 def test_quantized_tflite_is_smaller_and_answers(exported):
     assert os.path.getsize(exported.tflite_quantized) < os.path.getsize(exported.tflite)
-    outputs = runtimes.TFLiteRunner(exported.tflite_quantized)(BAD_INPUTS["invalid_utf8"])
+    outputs = runners.TFLiteRunner(exported.tflite_quantized)(BAD_INPUTS["invalid_utf8"])
     assert len(outputs["translations"]) == len(BAD_INPUTS["invalid_utf8"])
 
 
@@ -108,23 +115,24 @@ def test_translate_command_keeps_the_chunks_it_finished(tmp_path, monkeypatch, c
             raise failure
         return {"translations": [b"<" + sentence + b">" for sentence in batch]}
 
-    monkeypatch.setattr(translate, "CHUNK_BATCHES", 2)
-    monkeypatch.setattr(runtimes, "open_runner", lambda artifact, beam: runner)
+    monkeypatch.setattr(translate, "WINDOW_BATCHES", 2)
+    monkeypatch.setattr(runners, "open_runner", lambda artifact, **options: runner)
     artifact = tmp_path / "saved_model"
     artifact.mkdir()
     (artifact / "saved_model.pb").touch()
     source = tmp_path / "source.txt"
     source.write_bytes(b"".join(b"s%d\n" % i for i in range(11)))
     target = tmp_path / "target.txt"
-    arguments = [str(artifact), "--input", str(source), "--output", str(target),
-                 "--batch-size", "3", "--no-progress"]
-    if isinstance(failure, KeyboardInterrupt):
-        assert translate.main(arguments) == 130
-    else:
-        with pytest.raises(RuntimeError, match="decoder failed"):
-            translate.main(arguments)
+    arguments = ["translate", str(artifact), "--input", str(source), "--output",
+                 str(target), "--batch-size", "3", "--no-progress"]
+    status = cli.main(arguments)
     assert target.read_bytes() == b"".join(b"<s%d>\n" % i for i in range(6))
-    assert "Stopped after 6 of 11 sentences" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert f"{target}: stopped after 6 lines" in error
+    if isinstance(failure, KeyboardInterrupt):
+        assert status == 130
+    else:
+        assert status == 1 and "error: decoder failed" in error
 
 
 @pytest.mark.parametrize("artifact", ["saved_model", "tflite"])
@@ -134,8 +142,8 @@ def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, ar
     source = tmp_path / "source.txt"
     source.write_bytes(b"\r\n".join(lines) + b"\n")
     target = tmp_path / "target.txt"
-    status = translate.main([getattr(exported, artifact), "--input", str(source),
-                             "--output", str(target), "--batch-size", "3"])
+    status = cli.main(["translate", getattr(exported, artifact), "--input", str(source),
+                       "--output", str(target), "--batch-size", "3"])
     assert status == 0
     assert len(target.read_text(encoding="utf-8").split("\n")) == len(lines) + 1
 
@@ -143,13 +151,13 @@ def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, ar
 def test_translate_command_reads_stdin_and_writes_stdout(exported, monkeypatch,
                                                         capsysbinary):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"A dog.\n\nTwo men.\n")))
-    assert translate.main([exported.saved_model]) == 0
+    assert cli.main(["translate", exported.saved_model]) == 0
     assert len(capsysbinary.readouterr().out.decode("utf-8").split("\n")) == 4
 
 
 @pytest.mark.slow
 def test_export_command_then_check_command_pass(exported, tmp_path):
-    from keras_transformer import config as config_lib, runs
+    from keras_transformer import config as config_lib
 
     run_dir = tmp_path / "run"
     translator = exported.translator
@@ -160,16 +168,16 @@ def test_export_command_then_check_command_pass(exported, tmp_path):
         data=dataclasses.replace(config.data, corpus="fixture",
                                  data_dir=str(REPOSITORY / "tests" / "fixtures" / "corpus")))
     os.makedirs(run_dir)
-    config.save(str(run_dir / runs.CONFIG))
-    translator.tokenizer.save(str(run_dir / runs.TOKENIZER))
-    translator.model.save_weights(str(run_dir / runs.FINAL_WEIGHTS))
+    config.save(str(run_dir / files.CONFIG))
+    translator.tokenizer.save(str(run_dir / files.TOKENIZER))
+    translator.model.save_weights(str(run_dir / files.FINAL_WEIGHTS))
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(validation_sentences()[:8]) + "\n", encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-m", "export", str(run_dir), "--no-quantize"],
         capture_output=True, text=True, timeout=600, cwd=REPOSITORY, env=ENVIRONMENT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert os.path.exists(run_dir / exporting.EXPORT_DIR / exporting.REPORT_MARKDOWN)
+    assert os.path.exists(run_dir / files.EXPORT_DIR / files.REPORT_MARKDOWN)
     result = subprocess.run(
         [sys.executable, "-m", "export.check", str(run_dir), "--sentences", str(sentences)],
         capture_output=True, text=True, timeout=600, cwd=REPOSITORY, env=ENVIRONMENT)

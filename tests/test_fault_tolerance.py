@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import backup as backup_lib
-from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
-from keras_transformer import runs, training
+from keras_transformer import files
+from keras_transformer.training import backup as backup_lib
+from keras_transformer.training import callbacks as callbacks_lib
+from keras_transformer.training import fit as training
+from keras_transformer.training import runs
 from tests.conftest import REPOSITORY, fixture_corpus
 
 
@@ -72,13 +74,20 @@ def test_a_write_killed_midway_leaves_the_previous_backup(tmp_path, monkeypatch)
         np.testing.assert_array_equal(current, previous)
     monkeypatch.undo()
 
-    def killed_write(path, text):
-        open(path, "w").close()  # truncated on open, killed before the write
+    def killed_write(path, data):
+        with open(path, "wb") as file:  # the temporary file, half written
+            file.write(data[:len(data) // 2])
         raise Killed
 
-    monkeypatch.setattr(backup_lib, "_write_text", killed_write)
+    real_write_bytes = files.write_bytes
+
+    def write_bytes(path, data):
+        files.replace_atomically(path, lambda temporary: killed_write(temporary, data))
+
+    monkeypatch.setattr(files, "write_bytes", write_bytes)
     with pytest.raises(Killed):
         model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[backup])
+    monkeypatch.setattr(files, "write_bytes", real_write_bytes)
     with open(tmp_path / "training_metadata.json") as file:
         assert json.load(file) == metadata
 
@@ -202,17 +211,17 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
     run_dir = str(tmp_path / "run")
     with pytest.raises(callbacks_lib.NonFiniteLossError) as raised:
         training.train(tiny_config(fixture_corpus_dir), run_dir, verbose=0)
-    newest = os.path.join(run_dir, runs.CHECKPOINTS, "step-00000002.weights.h5")
+    newest = os.path.join(run_dir, files.CHECKPOINTS, "step-00000002.weights.h5")
     assert "weight update 4: the loss is nan" in str(raised.value)
     assert newest in str(raised.value)
 
     # Nothing of update 4 was written: no later checkpoint or backup, no final weights.
-    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, runs.CHECKPOINTS))
+    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
     assert checkpoints[-1] == newest
-    assert not os.path.exists(os.path.join(run_dir, runs.FINAL_WEIGHTS))
+    assert not os.path.exists(os.path.join(run_dir, files.FINAL_WEIGHTS))
     _, _, model = runs.load_run(run_dir, weights="latest")
     assert all(np.isfinite(weight).all() for weight in model.get_weights())
-    with h5py.File(os.path.join(run_dir, runs.BACKUP, "latest.weights.h5"), "r") as file:
+    with h5py.File(os.path.join(run_dir, files.BACKUP, "latest.weights.h5"), "r") as file:
         assert int(file["optimizer/vars/0"][()]) == 2
         backed_up = [np.asarray(file[name]) for name in _weight_datasets(file)]
     assert backed_up and all(np.isfinite(weight).all() for weight in backed_up)
@@ -237,7 +246,7 @@ TIMEOUT_S = 900
 def train_command(run_dir, every):
     return [sys.executable, str(REPOSITORY / "train.py"), "--preset", "tiny",
             "--data-dir", str(fixture_corpus()), "--run-dir", str(run_dir),
-            "--epochs", str(EPOCHS), "--steps", str(STEPS), "num_layers=1",
+            "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "num_layers=1",
             f"checkpoint_every_steps={every}", "keep_checkpoints=100",
             f"log_every_steps={every}"]
 
@@ -284,14 +293,14 @@ class Runner:
         return self.wait(newer)
 
     def writing(self):
-        backup_dir = os.path.join(self.run_dir, runs.BACKUP)
+        backup_dir = os.path.join(self.run_dir, files.BACKUP)
         return self.wait(lambda: [name for name in os.listdir(backup_dir)
                                   if name.startswith("partial-")])
 
 
 def read_backup(run_dir, missing_ok=False):
     """Returns `(update count, metadata)` of the backup; raises if a file is unreadable."""
-    backup_dir = os.path.join(run_dir, runs.BACKUP)
+    backup_dir = os.path.join(run_dir, files.BACKUP)
     try:
         with h5py.File(os.path.join(backup_dir, "latest.weights.h5"), "r") as file:
             step = int(file["optimizer/vars/0"][()])
@@ -389,7 +398,7 @@ def test_kills_during_writes_never_leave_an_unreadable_backup(runs_killed):
     for event in record["events"]:  # read_backup would have raised on a broken file
         assert event["killed_while_writing"]
         assert event["after_kill"][0] >= event["restored"][0]
-    assert os.path.exists(root / "mid_epoch" / runs.FINAL_WEIGHTS)
+    assert os.path.exists(root / "mid_epoch" / files.FINAL_WEIGHTS)
 
 
 @pytest.mark.slow
@@ -397,8 +406,8 @@ def test_the_restored_state_is_the_uninterrupted_runs_state(runs_killed):
     """Training is deterministic: up to the first backup both runs are bit-identical."""
     root, record = runs_killed
     checkpoint = f"step-{record['first_backup'][0]:08d}.weights.h5"
-    killed = weights_of(root / "mid_epoch" / runs.CHECKPOINTS / checkpoint)
-    uninterrupted = weights_of(root / "uninterrupted" / runs.CHECKPOINTS / checkpoint)
+    killed = weights_of(root / "mid_epoch" / files.CHECKPOINTS / checkpoint)
+    uninterrupted = weights_of(root / "uninterrupted" / files.CHECKPOINTS / checkpoint)
     assert killed.keys() == uninterrupted.keys() and killed
     for name in killed:
         np.testing.assert_array_equal(killed[name], uninterrupted[name], err_msg=name)
@@ -416,14 +425,14 @@ def test_resumed_runs_end_with_the_uninterrupted_runs_weights(runs_killed):
     """
     root, record = runs_killed
     assert record["epoch_end_kills"] == [STEPS, 2 * STEPS]
-    checkpoints = root / "uninterrupted" / runs.CHECKPOINTS
+    checkpoints = root / "uninterrupted" / files.CHECKPOINTS
     start = weights_of(checkpoints / f"step-{EVERY:08d}.weights.h5")
-    uninterrupted = weights_of(root / "uninterrupted" / runs.FINAL_WEIGHTS)
+    uninterrupted = weights_of(root / "uninterrupted" / files.FINAL_WEIGHTS)
     moved = distance(uninterrupted, start)
     assert moved > 1.0
     for name in ("mid_epoch", "epoch_end"):
         assert read_backup(root / name)[0] == EPOCHS * STEPS
-        resumed = weights_of(root / name / runs.FINAL_WEIGHTS)
+        resumed = weights_of(root / name / files.FINAL_WEIGHTS)
         assert resumed.keys() == uninterrupted.keys()
         assert distance(resumed, uninterrupted) <= 1e-6 * moved, name
 

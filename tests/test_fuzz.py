@@ -14,7 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from keras_transformer import fuzzing, runtimes
+from keras_transformer.serving import runners
+from keras_transformer.tools import fuzzing
 from tests.conftest import REPOSITORY
 from tests.export_helpers import tiny_export
 
@@ -85,7 +86,7 @@ def test_fuzz_reports_errors_wrong_counts_and_slow_calls():
 
 @pytest.mark.parametrize("artifact", ["saved_model", "tflite"])
 def test_exported_translator_answers_every_hostile_batch(exported, artifact):
-    runner = runtimes.open_runner(getattr(exported, artifact))
+    runner = runners.open_runner(getattr(exported, artifact))
     report = fuzzing.fuzz(runner, fuzzing.generate_batches(seed=1, inputs=CI_INPUTS),
                           MAX_SECONDS)
     assert report["inputs"] == CI_INPUTS

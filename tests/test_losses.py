@@ -4,8 +4,11 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.metrics import MaskedAccuracy, TargetTokens
+from keras_transformer.training.losses import (
+    LabelSmoothedCrossEntropy,
+    MaskedAccuracy,
+    TargetTokens,
+)
 
 
 def numpy_log_softmax(logits):
@@ -114,7 +117,7 @@ def test_target_tokens_counts_real_tokens():
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_portable_form_for_other_backends_matches_the_tensorflow_kernel(smoothing):
-    from keras_transformer import losses
+    from keras_transformer.training import losses
     target_ids, logits = make_batch(seed=4)
     want = np.asarray(losses._tensorflow_cross_entropy(target_ids, logits, smoothing))
     got = np.asarray(losses._portable_cross_entropy(target_ids, logits, smoothing))

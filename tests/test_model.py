@@ -102,13 +102,13 @@ def test_dropout_is_active_only_in_training(model):
                            ops.convert_to_numpy(model(inputs)))
 
 
-def test_attention_scores_are_returned_per_layer(model):
+def test_cross_attention_weights_are_returned_per_layer(model):
     encoder_output = model.encode(SOURCE)
-    _, scores = model.decode(TARGET, encoder_output, SOURCE, return_attention_scores=True)
-    assert len(scores) == 2
-    assert tuple(scores[0]["cross_attention"].shape) == (2, 2, 5, 5)
-    cross = ops.convert_to_numpy(scores[0]["cross_attention"])
-    np.testing.assert_allclose(cross[1, :, :, 3:], 0.0, atol=1e-7)  # source padding
+    weights = model.cross_attention_weights(TARGET, encoder_output, SOURCE)
+    assert tuple(weights.shape) == (2, 2, 2, 5, 5)  # (B, N, H, T, S)
+    cross = ops.convert_to_numpy(weights)
+    np.testing.assert_allclose(cross[1, :, :, :, 3:], 0.0, atol=1e-7)  # source padding
+    np.testing.assert_allclose(cross.sum(-1), 1.0, rtol=1e-5)
 
 
 @pytest.mark.parametrize("options", [{}, {"tie_embeddings": False, "normalize_first": True}])

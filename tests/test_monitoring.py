@@ -2,17 +2,19 @@
 
 import dataclasses
 import os
+import types
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 from keras_transformer import config as config_lib
-from keras_transformer import corpus, data, monitoring, training
+from keras_transformer.data import batching, text
+from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
+from keras_transformer.training import fit as training
+from keras_transformer.training import monitoring
 
 SOURCES = ["a black dog runs .", "a man rides a bike .", "two girls | play ."]
 REFERENCES = ["ein schwarzer hund rennt .", "ein mann fährt fahrrad .",
@@ -57,9 +59,9 @@ def run_dir(tmp_path_factory, tokenizer):
 
 
 def _dataset(tokenizer):
-    pairs = corpus.ParallelText(tuple(SOURCES), tuple(REFERENCES), "sources", "references",
-                                corpus.FilterStats(read=len(SOURCES), kept=len(SOURCES)))
-    return data.make_dataset(pairs, tokenizer, batch_tokens=128, max_length=64,
+    pairs = text.ParallelText(tuple(SOURCES), tuple(REFERENCES), "sources", "references",
+                                text.FilterStats(read=len(SOURCES), kept=len(SOURCES)))
+    return batching.make_dataset(pairs, tokenizer, batch_tokens=128, max_length=64,
                              shuffle=False, repeat=True, verbose=False)
 
 
@@ -123,25 +125,18 @@ def test_every_epochs_skips_epochs_but_writes_the_last(tmp_path, tokenizer):
 def test_for_run_reads_the_run_tokenizer_and_writes_next_to_the_validation_scalars():
     monitor = monitoring.TranslationMonitor.for_run("runs/a", SOURCES, REFERENCES,
                                                     every_epochs=2)
-    assert monitor.tokenizer == os.path.join("runs/a", "tokenizer")
+    assert monitor.translator.tokenizer == os.path.join("runs/a", "tokenizer")
     assert monitor.log_dir == os.path.join("runs/a", "logs", "validation")
     assert monitor.every_epochs == 2
 
 
-def test_sources_are_encoded_as_the_data_pipeline_does(tokenizer):
-    sentences = ["a dog .", "a man rides a bike ."]
-    ids = monitoring.encode_sources(tokenizer, sentences, max_length=32)
-    pieces = tokenizer.tokenize(tf.constant(sentences)).to_list()
-    assert ids.dtype == np.int32 and ids.shape == (2, max(map(len, pieces)) + 2)
-    for row, sentence in zip(ids, pieces):
-        length = len(sentence) + 2
-        assert row[:length].tolist() == [START_ID, *sentence, END_ID]
-        assert (row[length:] == PAD_ID).all()
-
-
-def test_sentences_longer_than_the_model_are_refused(tokenizer):
-    with pytest.raises(ValueError, match="do not fit max_length=4"):
-        monitoring.encode_sources(tokenizer, ["a man rides a bike ."], max_length=4)
+def test_the_monitor_and_the_bleu_callback_of_a_run_share_one_translator(tmp_path):
+    config = config_lib.override(config_lib.preset_config("tiny"),
+                                 ["bleu_sentences=2", "monitor_sentences=2"])
+    validation = types.SimpleNamespace(source_lines=SOURCES, target_lines=REFERENCES)
+    bleu, monitor = training.make_translation_callbacks(config.train, str(tmp_path),
+                                                        validation)
+    assert bleu.translator is monitor.translator
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -1,7 +1,7 @@
 """Two worker processes under TF_CONFIG train like one process on the same global batches.
 
 The workers talk over gRPC on 127.0.0.1 (MultiWorkerMirroredStrategy's ring collectives on
-CPU). Each process runs `train.py`'s own argument handling and `training.train`, then
+CPU). Each process runs the train command's own argument handling and `fit.train`, then
 dumps its final weights and per-step losses. A hang fails the test at the subprocess
 timeout instead of blocking the run.
 """
@@ -16,10 +16,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_transformer import backup as backup_lib
-from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
-from keras_transformer import runs, training
+from keras_transformer import files
+from keras_transformer.training import backup as backup_lib
+from keras_transformer.training import callbacks as callbacks_lib
+from keras_transformer.training import fit as training
 from tests.conftest import REPOSITORY, fixture_corpus
 
 TIMEOUT_S = 420
@@ -27,22 +28,23 @@ STEPS = 4
 EVERY = 2
 COOLDOWN_FRACTION = 0.5
 ARGUMENTS = ["--preset", "tiny", "--data-dir", str(fixture_corpus()), "--epochs", "1",
-             "--steps", str(STEPS), "num_layers=1", "dropout=0.0",
+             "--steps-per-epoch", str(STEPS), "num_layers=1", "dropout=0.0",
              f"checkpoint_every_steps={EVERY}", f"log_every_steps={EVERY}",
              f"cooldown_fraction={COOLDOWN_FRACTION}"]
 
-# Trains through train.py's command line, then writes OUT.npz (weights) and OUT.json.
+# Trains through the train command's arguments, then writes OUT.npz (weights) and OUT.json.
 DRIVER = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])
     import keras
     import numpy as np
     import tensorflow as tf
-    import train
-    from keras_transformer import training
+    from keras_transformer import cli
+    from keras_transformer.training import fit as training
 
     out = sys.argv[2]
-    run_dir, config = train.make_config(train.parse_arguments(sys.argv[3:]))
+    parser = cli.make_parser()[1]["train"]
+    config, run_dir = cli.make_config(parser.parse_intermixed_args(sys.argv[3:]))
     losses = []
     recorder = keras.callbacks.LambdaCallback(
         on_train_begin=lambda logs: np.savez(out + "_initial.npz",
@@ -184,12 +186,12 @@ def test_the_cooldown_takes_the_rate_down_alike_on_every_worker(cluster):
 def test_only_the_chief_writes(cluster):
     root, _ = cluster
     chief_dir = root / "run0"
-    for name in (runs.CONFIG, runs.TOKENIZER, runs.FINAL_WEIGHTS, runs.LOGS):
+    for name in (files.CONFIG, files.TOKENIZER, files.FINAL_WEIGHTS, files.LOGS):
         assert (chief_dir / name).exists(), name
-    assert sorted(os.listdir(chief_dir / runs.BACKUP)) == [
+    assert sorted(os.listdir(chief_dir / files.BACKUP)) == [
         "latest.weights.h5", "latest.weights.h5.bkp",
         "training_metadata.json", "training_metadata.json.bkp"]
-    checkpoints = callbacks_lib.list_checkpoints(chief_dir / runs.CHECKPOINTS)
+    checkpoints = callbacks_lib.list_checkpoints(chief_dir / files.CHECKPOINTS)
     assert [os.path.basename(path) for path in checkpoints] == [
         f"step-{step:08d}.weights.h5" for step in range(EVERY, STEPS + 1, EVERY)]
     assert not (root / "run1").exists()
@@ -206,4 +208,4 @@ def test_other_workers_restore_the_chief_backup_and_write_nothing(monkeypatch):
     backup = callbacks[-2]
     assert callbacks[-1].backup is backup
     assert backup.restore_only
-    assert backup.backup_dir == os.path.join("run", runs.BACKUP)
+    assert backup.backup_dir == os.path.join("run", files.BACKUP)

@@ -8,10 +8,14 @@ import numpy as np
 import pytest
 
 from benchmarks import portable_training, quality
-from keras_transformer import averaging, corpus, data, runs
+from keras_transformer import recipe
 from keras_transformer import config as config_lib
-from keras_transformer import tokenizer as tokenizer_lib
-from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer import files
+from keras_transformer.data import batching, corpus
+from keras_transformer.data import pairs as pairs_lib
+from keras_transformer.data import tokenizer as tokenizer_lib
+from keras_transformer.training import averaging, runs
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 
 OVERRIDES = ["epochs=3", "checkpoint_every_steps=4", "num_layers=1"]
 
@@ -36,14 +40,14 @@ def load_bundle(bundle):
 @pytest.mark.parametrize("split", ["train", "validation"])
 def test_bundle_batches_are_the_pipelines_batches(prepared, split):
     run_dir, bundle = prepared
-    config = config_lib.Config.load(run_dir / runs.CONFIG)
+    config = config_lib.Config.load(run_dir / files.CONFIG)
     info, arrays = load_bundle(bundle)
     assert info["total_steps"] == config.train.epochs * info["steps_per_epoch"]
-    pairs = data.tokenize_split(corpus.load_split(config.data, split),
-                                tokenizer_lib.Tokenizer.load(run_dir / runs.TOKENIZER),
+    pairs = pairs_lib.tokenize_split(corpus.load_split(config.data, split),
+                                tokenizer_lib.Tokenizer.load(run_dir / files.TOKENIZER),
                                 max_length=config.model.max_length, verbose=False)
     training = split == "train"
-    stream = data.batch_pairs(pairs, batch_tokens=config.data.batch_tokens,
+    stream = batching.batch_pairs(pairs, batch_tokens=config.data.batch_tokens,
                               max_length=config.model.max_length, seed=config.data.seed,
                               shuffle=training, repeat=training, pad_to_bucket=True)
     by_bucket = portable_training.BundleBatches(arrays, split, config.model.pad_id)
@@ -80,26 +84,28 @@ def test_trains_every_update_and_collects_a_run_that_quality_scores(prepared, tm
     assert np.isfinite(trained["final_val_loss"])
 
     portable_training.main(["collect", "--run-dir", str(run_dir), "--trained", str(out)])
-    checkpoints = sorted(os.listdir(run_dir / runs.CHECKPOINTS))
+    checkpoints = sorted(os.listdir(run_dir / files.CHECKPOINTS))
     assert checkpoints == trained["checkpoints"]
     assert checkpoints[-1] == f"step-{info['total_steps']:08d}.weights.h5"
     # Weights alone: a training checkpoint holds Adam's moments too, 2× the weights.
-    with h5py.File(run_dir / runs.CHECKPOINTS / checkpoints[-1], "r") as file:
+    with h5py.File(run_dir / files.CHECKPOINTS / checkpoints[-1], "r") as file:
         assert "optimizer" not in file and "encoder" in file
-    config = config_lib.Config.load(run_dir / runs.CONFIG)
+    config = config_lib.Config.load(run_dir / files.CONFIG)
     averaged = averaging.average_run(str(run_dir), last=2)
     assert os.path.exists(averaged)
 
-    # benchmarks.quality takes the training as finished and names its hardware.
-    record = quality.train_once(None, str(run_dir))
+    # The recipe takes the training as finished, and the quality row names its hardware.
+    record = recipe.train_once(None, str(run_dir))
     assert record["updates"] == info["total_steps"]
     assert "Keras" in record["hardware"]
+    scores = {"bleu": {"score": 1.0}, "chrf": {"score": 2.0}}
     row = quality.table_row({
-        "config": json.loads(config.to_json()), "training": record, "device": "auto",
+        "config": json.loads(config.to_json()), "training": record,
         "machine": {"gpus": [], "cpu": "some CPU", "cores": 2}, "command": "quality",
         "date": "2026-01-01T00:00:00", "note": "",
-        "scores": {"beam": {"bleu": {"score": 1.0}, "chrf": {"score": 2.0}},
-                   "greedy": {"bleu": {"score": 3.0}}}})
+        "selection": {"weights": "mean of newest 2", "beam_size": 4, "length_penalty": 0.6},
+        "validation": {"beam": scores},
+        "test": {"test_2016_flickr": {"beam": scores, "greedy": scores}}})
     assert f"| {record['hardware']} |" in row and "some CPU" not in row
 
 
@@ -126,14 +132,14 @@ def test_a_killed_training_leaves_its_last_epoch_for_collect(prepared, tmp_path,
     assert trained["epochs"] == 1 and trained["updates"] == info["steps_per_epoch"]
     assert not trained["finished"] and trained["final_val_loss"] is None
     on_disk = sorted(os.listdir(out / portable_training.TRAINED_CHECKPOINTS))
-    every = config_lib.Config.load(run_dir / runs.CONFIG).train.checkpoint_every_steps
+    every = config_lib.Config.load(run_dir / files.CONFIG).train.checkpoint_every_steps
     assert on_disk[-1] == f"step-{kill_at // every * every:08d}.weights.h5"
 
     collected = tmp_path / "run"
     collected.mkdir()
-    (collected / runs.CONFIG).write_bytes((run_dir / runs.CONFIG).read_bytes())
+    (collected / files.CONFIG).write_bytes((run_dir / files.CONFIG).read_bytes())
     portable_training.main(["collect", "--run-dir", str(collected), "--trained", str(out)])
-    assert sorted(os.listdir(collected / runs.CHECKPOINTS)) == on_disk
+    assert sorted(os.listdir(collected / files.CHECKPOINTS)) == on_disk
 
     with pytest.raises(SystemExit, match="holds a training already"):
         portable_training.main(["train", "--bundle", str(bundle), "--out", str(out)])
@@ -165,7 +171,7 @@ def test_prepare_refuses_subword_sampling_and_an_existing_directory(tmp_path,
 
 def test_validation_loss_is_the_mean_per_target_token_whatever_the_padding(prepared):
     run_dir, bundle = prepared
-    config = config_lib.Config.load(run_dir / runs.CONFIG)
+    config = config_lib.Config.load(run_dir / files.CONFIG)
     _, arrays = load_bundle(bundle)
     model = runs.build_model(config)
     smoothing = config.train.label_smoothing

@@ -1,14 +1,17 @@
-"""The quality benchmark: trains, averages, exports, scores the SavedModel, records a row."""
+"""The quality benchmark: the recipe chooses on validation, reads the test splits last,
+scores the exported SavedModel on every one of them, and records a row."""
 
 import gzip
 import json
-import os
+import shutil
 
 import pytest
 import sacrebleu
 
 from benchmarks import quality
-from keras_transformer import corpus
+from keras_transformer import recipe
+from keras_transformer.data import multi30k
+from keras_transformer.data.text import read_lines
 
 
 def test_append_row_makes_the_table_then_extends_it_in_place(tmp_path):
@@ -37,51 +40,78 @@ def test_append_row_extends_the_quality_table_not_a_later_table_of_its_section(t
     assert lines.index("| 1 | 2 |") > lines.index("What the rows show.")
 
 
-def test_trains_exports_scores_the_saved_model_and_records_one_row(tmp_path,
-                                                                    fixture_corpus_dir):
+@pytest.fixture
+def corpus_without_test_splits(tmp_path, fixture_corpus_dir, monkeypatch):
+    """The fixture corpus whose test files appear only when the recipe scores them.
+
+    Reading a test split before every choice is made would then fail on a missing file.
+    """
+    data_dir = tmp_path / "corpus"
+    shutil.copytree(fixture_corpus_dir, data_dir)
+    test_files = [path for path in data_dir.iterdir()
+                  if path.name.split(".")[0] in multi30k.TEST_SPLITS]
+    assert len(test_files) == 9
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for path in test_files:
+        path.rename(hidden / path.name)
+    score_test_splits = recipe.score_test_splits
+    revealed = []
+
+    def reveal_then_score(*args, **kwargs):
+        for path in hidden.iterdir():
+            shutil.copyfile(path, data_dir / path.name)
+        revealed.append(True)
+        return score_test_splits(*args, **kwargs)
+
+    monkeypatch.setattr(recipe, "score_test_splits", reveal_then_score)
+    return data_dir, revealed
+
+
+@pytest.mark.timeout(900)  # trains, chooses, exports and scores twice: about 4 minutes
+def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
+        tmp_path, corpus_without_test_splits):
+    data_dir, revealed = corpus_without_test_splits
     run_dir, results = tmp_path / "run", tmp_path / "RESULTS.md"
-    arguments = ["--preset", "tiny", "--data-dir", str(fixture_corpus_dir),
-                 "--run-dir", str(run_dir), "--minutes", "0.001", "--average", "2",
-                 "--results", str(results), "--note", "smoke", "num_layers=1"]
+    arguments = ["--preset", "tiny", "--data-dir", str(data_dir),
+                 "--run-dir", str(run_dir), "--minutes", "0.001", "--length-penalties",
+                 "0.6", "--results", str(results), "--note", "smoke", "num_layers=1"]
     assert quality.main([*arguments, "--json", str(tmp_path / "first.json")]) == 0
+    assert revealed == [True]
     first = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
     assert first["training"]["updates"] == 1  # the budget ends training after one batch
     assert first["config"]["train"]["time_budget_minutes"] == 0.001
     assert first["config"]["model"]["num_layers"] == 1
+    assert first["selection"]["weights"] == "newest checkpoint"
+    assert first["selection"]["sentences"] == 29  # every validation sentence
+    assert first["validation"]["beam"]["sentences"] == 29
 
-    # The scores are those of the SavedModel's translations, written beside the run.
-    _, reference_path = corpus.corpus_files(quality.make_config(
-        quality.parse_arguments(arguments)).data, "test")
-    references = corpus.read_lines(reference_path)
-    for decoder in ("beam", "greedy"):
-        hypotheses = (run_dir / f"test.{decoder}.de").read_text(encoding="utf-8").splitlines()
-        assert len(hypotheses) == len(references)
-        expected = sacrebleu.corpus_bleu(hypotheses, [references]).score
-        assert first["scores"][decoder]["bleu"]["score"] == pytest.approx(expected)
-        assert first["scores"][decoder]["artifact"].endswith(os.path.join("export",
-                                                                          "saved_model"))
-    assert first["scores"]["beam"]["beam"] and not first["scores"]["greedy"]["beam"]
-    # Kept beside the JSON, for comparing a later row with this one sentence by sentence.
-    for decoder in ("beam", "greedy"):
-        kept = tmp_path / first["translations"][decoder]
-        assert kept.name == f"first.test.{decoder}.de.gz"
-        assert gzip.decompress(kept.read_bytes()) == (run_dir / f"test.{decoder}.de").read_bytes()
-    assert len(first["averaged"]["checkpoints"]) >= 1
+    # Every test split, each decoder, scored as sacreBLEU scores the kept translations.
+    assert sorted(first["test"]) == sorted(multi30k.TEST_SPLITS)
+    for split, decoders in first["test"].items():
+        references = read_lines(data_dir / f"{split}.de.gz")
+        for decoder in ("beam", "greedy"):
+            scores = decoders[decoder]
+            kept = tmp_path / first["translations"][split][decoder]
+            assert kept.name == f"first.{split}.{decoder}.de.gz"
+            hypotheses = gzip.decompress(kept.read_bytes()).decode("utf-8").splitlines()
+            assert len(hypotheses) == len(references)
+            bleu = sacrebleu.metrics.BLEU()
+            assert scores["bleu"]["score"] == pytest.approx(
+                bleu.corpus_score(hypotheses, [references]).score)
+            assert scores["bleu"]["signature"] == str(bleu.get_signature())
+            assert scores["artifact"].endswith("saved_model") and scores["beam"] == (
+                decoder == "beam")
 
     # Again on the finished run: training is not repeated, and a second row is added.
     assert quality.main([*arguments, "--json", str(tmp_path / "second.json")]) == 0
     second = json.loads((tmp_path / "second.json").read_text(encoding="utf-8"))
     assert second["training"] == first["training"]
     # The same translations give the same bytes: the gzip header holds no time or name.
-    assert ((tmp_path / second["translations"]["beam"]).read_bytes()
-            == (tmp_path / first["translations"]["beam"]).read_bytes())
+    name = "test_2017_mscoco"
+    assert ((tmp_path / second["translations"][name]["beam"]).read_bytes()
+            == (tmp_path / first["translations"][name]["beam"]).read_bytes())
     rows = [line for line in results.read_text(encoding="utf-8").splitlines()
-            if line.startswith("| 20")]
-    assert len(rows) == 2 and all("smoke" in row and "1 updates" in row for row in rows)
-    assert f"**{first['scores']['beam']['bleu']['score']:.1f}**" in rows[0]
-
-
-def test_refuses_a_run_directory_with_an_unfinished_training(tmp_path):
-    (tmp_path / "run").mkdir()
-    with pytest.raises(SystemExit, match="holds no finished quality run"):
-        quality.train_once(None, str(tmp_path / "run"))
+            if line.startswith("| ") and "smoke" in line]
+    assert len(rows) == 2 and all(row.count("|") == 13 for row in rows)
+    assert f"{first['test']['test_2017_mscoco']['beam']['bleu']['score']:.1f}" in rows[0]

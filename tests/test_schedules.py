@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.schedules import WarmupInverseSqrtSchedule
+from keras_transformer.training.optimization import WarmupInverseSqrtSchedule
 
 
 def paper_learning_rate(step, hidden_dim, warmup_steps, scale=1.0):

@@ -9,11 +9,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import export_checks, runtimes
-from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer import files
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer.serving import op_checks as export_checks
+from keras_transformer.serving import runners
 from tests.conftest import REPOSITORY
-from tests.export_helpers import (BAD_INPUTS, EMPTY_AND_NOT, batch_of,
-                                  check_only_empty_sentences_translate_to_nothing, tiny_export)
+from tests.export_helpers import (
+    BAD_INPUTS,
+    EMPTY_AND_NOT,
+    batch_of,
+    check_only_empty_sentences_translate_to_nothing,
+    tiny_export,
+)
 
 CASES = {**BAD_INPUTS, "batch_of_512": None}
 
@@ -25,12 +32,12 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tf2_runner(exported):
-    return runtimes.SavedModelRunner(exported.saved_model)
+    return runners.SavedModelRunner(exported.saved_model)
 
 
 @pytest.fixture(scope="module")
 def session_runner(exported):
-    runner = runtimes.SessionRunner(exported.saved_model)
+    runner = runners.SessionRunner(exported.saved_model)
     yield runner
     runner.close()
 
@@ -59,7 +66,7 @@ def test_source_ids_wrap_pieces_in_start_and_end_and_truncate(exported):
 
 
 def test_xla_translator_translates_like_the_exported_graph_and_refuses_export(exported):
-    from keras_transformer import serving
+    from keras_transformer.serving import translator as serving
     translator = exported.translator
     compiled = serving.Translator(translator.model, translator.tokenizer, jit_compile=True,
                                   max_output_length=translator.max_output_length)
@@ -91,14 +98,14 @@ def test_session_loader_translates_like_tf2_loader(tf2_runner, session_runner, c
 
 
 def test_beam_signature_answers_every_bad_input(exported):
-    beam = runtimes.SavedModelRunner(exported.saved_model, runtimes.BEAM_SIGNATURE)
+    beam = runners.SavedModelRunner(exported.saved_model, files.BEAM_SIGNATURE)
     for sentences in BAD_INPUTS.values():
         _check_outputs(beam(sentences), sentences)
 
 
-@pytest.mark.parametrize("signature", [runtimes.GREEDY_SIGNATURE, runtimes.BEAM_SIGNATURE])
+@pytest.mark.parametrize("signature", [files.GREEDY_SIGNATURE, files.BEAM_SIGNATURE])
 def test_saved_model_translates_only_empty_sentences_to_nothing(exported, signature):
-    runner = runtimes.SavedModelRunner(exported.saved_model, signature)
+    runner = runners.SavedModelRunner(exported.saved_model, signature)
     check_only_empty_sentences_translate_to_nothing(runner(EMPTY_AND_NOT))
 
 

@@ -12,16 +12,23 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text
 
-from keras_transformer import corpus
-from keras_transformer.tokenizer import (END_ID, PAD_ID, START_ID, UNK_ID, Tokenizer,
-                                         TokenizerFileError, train_tokenizer)
+from keras_transformer.data import text
+from keras_transformer.data.tokenizer import (
+    END_ID,
+    PAD_ID,
+    START_ID,
+    UNK_ID,
+    Tokenizer,
+    TokenizerFileError,
+    train_tokenizer,
+)
 
 SPLIT_FILES = ("train", "val", "test_2016_flickr")
 
 
 def fixture_lines(directory, languages=("en", "de", "fr")):
     return [line for split in SPLIT_FILES for language in languages
-            for line in corpus.read_lines(directory / f"{split}.{language}.gz")]
+            for line in text.read_lines(directory / f"{split}.{language}.gz")]
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +56,13 @@ def test_training_is_deterministic(tokenizer, fixture_corpus_dir):
     assert again.model_proto == tokenizer.model_proto
 
 
-def test_training_reports_progress(fixture_corpus_dir, capsys):
+def test_training_reports_progress(fixture_corpus_dir, caplog):
+    caplog.set_level("INFO", "keras_transformer")
     train_tokenizer(fixture_lines(fixture_corpus_dir, ["en"]), 100)
-    output = capsys.readouterr().out
+    assert len(caplog.messages) == 2
     assert re.fullmatch(r"Training a SentencePiece vocabulary of up to 100 pieces on \d+ "
-                        r"lines\.\.\.\nTrained \d+ pieces in \d+\.\d s\.\n", output)
+                        r"lines\.\.\.", caplog.messages[0])
+    assert re.fullmatch(r"Trained \d+ pieces in \d+\.\d s\.", caplog.messages[1])
 
 
 def test_bad_training_arguments_are_rejected():
@@ -75,7 +84,7 @@ def test_round_trip_on_multi30k_gives_natural_text(multi30k_dir):
     # Trained on the lines it reads back, so that every character has a piece and the
     # test stays fast: what is checked is the detokenizer's spacing and characters.
     validation = [line for language in ("en", "de")
-                  for line in corpus.read_lines(multi30k_dir / f"val.{language}.gz")]
+                  for line in text.read_lines(multi30k_dir / f"val.{language}.gz")]
     tokenizer = train_tokenizer(validation, 1000, verbose=False)
     round_trip = decode(tokenizer.detokenize(tokenizer.tokenize(validation).to_tensor()))
     # nmt_nfkc normalisation: NFKC, and runs of spaces collapse to one.

@@ -1,33 +1,35 @@
-"""train.py's command line on bad input: one `error:` line that names the file or field
+"""The train command on bad input: one `error:` line that names the file or field
 and the fix, a non-zero exit, no half-made run directory and no lost file."""
 
+import contextlib
 import gzip
+import io
 
 import h5py
 import keras
 import numpy as np
 import pytest
 
-import train
-from keras_transformer import backup as backup_lib
-from keras_transformer import callbacks as callbacks_lib
+from keras_transformer import cli
 from keras_transformer import config as config_lib
-from keras_transformer import training
+from keras_transformer.training import backup as backup_lib
+from keras_transformer.training import callbacks as callbacks_lib
 
 
 def train_error(*arguments):
-    """Runs `train.main` and returns the message it exits with."""
-    with pytest.raises(SystemExit) as exit_info:
-        train.main(list(arguments))
-    message = str(exit_info.value.code)
-    assert message.startswith("error: ")
-    return message
+    """Runs the train command and returns the one error line it exits with."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        status = cli.main(["train", *arguments])
+    lines = [line for line in stderr.getvalue().splitlines() if line.startswith("error: ")]
+    assert status == 2 and len(lines) == 1, stderr.getvalue()
+    return lines[0]
 
 
 def tiny(data_dir, run_dir, *overrides):
     """The arguments of a short tiny run (which the errors tested stop before training)."""
     return ["--preset", "tiny", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-            "--epochs", "1", "--steps", "2", "num_layers=1", *overrides]
+            "--epochs", "1", "--steps-per-epoch", "2", "num_layers=1", *overrides]
 
 
 def write_corpus(directory, lines_per_file):
@@ -92,8 +94,9 @@ def test_a_corpus_the_config_cannot_name_is_explained(
 def test_a_run_directory_with_another_config_is_named(tmp_path, fixture_corpus_dir):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    other = config_lib.override(train.make_config(train.parse_arguments(
-        tiny(fixture_corpus_dir, run_dir)))[1], ["dropout=0.3"])
+    parser = cli.make_parser()[1]["train"]
+    other = config_lib.override(cli.make_config(parser.parse_intermixed_args(
+        tiny(fixture_corpus_dir, run_dir)))[0], ["dropout=0.3"])
     other.save(run_dir / "config.json")
     message = train_error(*tiny(fixture_corpus_dir, run_dir))
     assert "holds a run with a different config" in message and "model.dropout" in message
@@ -156,17 +159,16 @@ def test_a_run_directory_that_is_a_file_is_refused(tmp_path, fixture_corpus_dir)
 
 
 @pytest.mark.parametrize("option, value", [("--epochs", "0"), ("--epochs", "-1"),
-                                           ("--steps", "0"), ("--steps", "-1"),
-                                           ("--steps", "many")])
+                                           ("--steps-per-epoch", "0"),
+                                           ("--steps-per-epoch", "-1"),
+                                           ("--steps-per-epoch", "many")])
 def test_non_positive_epochs_and_steps_are_refused(capsys, option, value):
-    with pytest.raises(SystemExit) as exit_info:
-        train.parse_arguments(["--preset", "tiny", option, value])
-    assert exit_info.value.code == 2
+    assert cli.main(["train", "--preset", "tiny", option, value]) == 2
     assert f"argument {option}: '{value}' is not a positive integer" in capsys.readouterr().err
 
 
 def test_overrides_may_come_between_options():
-    arguments = train.parse_arguments(
+    arguments = cli.make_parser()[1]["train"].parse_intermixed_args(
         ["--preset", "tiny", "num_layers=1", "--run-dir", "elsewhere", "dropout=0.2"])
     assert arguments.overrides == ["num_layers=1", "dropout=0.2"]
     assert arguments.run_dir == "elsewhere"
@@ -181,6 +183,6 @@ def test_a_backup_keras_cannot_restore_is_a_user_error(tmp_path):
 
     fit(delete_checkpoint=False)
     (tmp_path / "training_metadata.json").write_text('{"epoch": ')
-    with pytest.raises(training.USER_ERRORS, match=f"{tmp_path}: cannot restore the training "
-                                                   "backup .*Restore the folder from a copy"):
+    with pytest.raises(backup_lib.BackupError, match=f"{tmp_path}: cannot restore the "
+                                                     "training backup .*Restore the folder"):
         fit()

@@ -10,11 +10,13 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from keras_transformer import backup as backup_lib
-from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import config as config_lib
-from keras_transformer import runs, training
-from keras_transformer.schedules import WarmupInverseSqrtSchedule
+from keras_transformer import files
+from keras_transformer.training import backup as backup_lib
+from keras_transformer.training import callbacks as callbacks_lib
+from keras_transformer.training import fit as training
+from keras_transformer.training import runs
+from keras_transformer.training.optimization import WarmupInverseSqrtSchedule
 
 STEPS_PER_EPOCH = 6
 EPOCHS = 2
@@ -121,10 +123,10 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(interrupted_then
 
 def test_run_directory_holds_everything(interrupted_then_resumed):
     run_dir, _, _, _, _ = interrupted_then_resumed
-    for name in (runs.CONFIG, runs.TOKENIZER, runs.BACKUP, runs.FINAL_WEIGHTS):
+    for name in (files.CONFIG, files.TOKENIZER, files.BACKUP, files.FINAL_WEIGHTS):
         assert os.path.exists(os.path.join(run_dir, name)), name
-    assert os.listdir(os.path.join(run_dir, runs.LOGS, "train"))
-    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, runs.CHECKPOINTS))
+    assert os.listdir(os.path.join(run_dir, files.LOGS, "train"))
+    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
     assert [os.path.basename(path) for path in checkpoints] == [
         f"step-{step:08d}.weights.h5" for step in (8, 10, 12)]
     assert not [name for name in os.listdir(run_dir) if name.startswith("partial-")]
@@ -133,7 +135,7 @@ def test_run_directory_holds_everything(interrupted_then_resumed):
 def test_tensorboard_has_step_and_epoch_summaries(interrupted_then_resumed):
     run_dir, _, _, _, _ = interrupted_then_resumed
     train_logs = event_accumulator.EventAccumulator(
-        os.path.join(run_dir, runs.LOGS, "train"), size_guidance={"tensors": 0})
+        os.path.join(run_dir, files.LOGS, "train"), size_guidance={"tensors": 0})
     tags = set(train_logs.Reload().Tags()["tensors"])
     assert {"batch_loss", "batch_learning_rate", "batch_tokens_per_second",
             "batch_accuracy", "epoch_loss", "epoch_learning_rate",
@@ -171,7 +173,7 @@ def test_a_different_config_does_not_silently_reuse_a_run(interrupted_then_resum
     changed = config_lib.override(tiny_config(fixture_corpus_dir), ["dropout=0.3"])
     with pytest.raises(ValueError, match="model.dropout"):
         training.train(changed, run_dir, verbose=0)
-    assert os.path.exists(os.path.join(run_dir, runs.CONFIG))
+    assert os.path.exists(os.path.join(run_dir, files.CONFIG))
 
 
 def test_bad_data_leaves_no_run_directory(tmp_path):
@@ -216,9 +218,9 @@ def test_gradient_accumulation_reaches_the_optimizer():
 
 
 def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
-    from keras_transformer import corpus
-    from keras_transformer.bleu_callback import BleuCallback
-    from keras_transformer.monitoring import TranslationMonitor
+    from keras_transformer.data import corpus
+    from keras_transformer.training.bleu import BleuCallback
+    from keras_transformer.training.monitoring import TranslationMonitor
 
     config = config_lib.override(tiny_config(fixture_corpus_dir), [
         "bleu_sentences=5", "bleu_patience=2", "monitor_sentences=3"])
@@ -238,8 +240,8 @@ def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
 def test_a_translation_callback_the_config_already_adds_is_refused(
         tmp_path, fixture_corpus_dir, field):
     """A second BLEU callback would keep its best weights in the same checkpoints."""
-    from keras_transformer.bleu_callback import BleuCallback
-    from keras_transformer.monitoring import TranslationMonitor
+    from keras_transformer.training.bleu import BleuCallback
+    from keras_transformer.training.monitoring import TranslationMonitor
 
     kind = {"bleu_sentences": BleuCallback, "monitor_sentences": TranslationMonitor}[field]
     run_dir = tmp_path / "run"
@@ -257,8 +259,8 @@ def test_a_translation_callback_the_config_already_adds_is_refused(
 def test_bucket_padding_changes_neither_the_loss_nor_the_gradients(use_fused_attention):
     """The PAD rows and positions of `pad_to_bucket` (a wholly padded source row among
     them) leave the loss and every gradient as they were: XLA trains on the same thing."""
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.model import Transformer
+    from keras_transformer.training.losses import LabelSmoothedCrossEntropy
     keras.utils.set_random_seed(0)
     model = Transformer(50, num_layers=1, hidden_dim=16, intermediate_dim=32, num_heads=2,
                         max_length=16, use_fused_attention=use_fused_attention)
@@ -287,8 +289,8 @@ def test_bucket_padding_changes_neither_the_loss_nor_the_gradients(use_fused_att
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_xla_runs_get_one_batch_shape_per_bucket(fixture_corpus_dir, jit_compile):
-    from keras_transformer import corpus, data
-    from keras_transformer.tokenizer import train_tokenizer
+    from keras_transformer.data import batching, corpus
+    from keras_transformer.data.tokenizer import train_tokenizer
     config = config_lib.override(tiny_config(fixture_corpus_dir),
                                  [f"jit_compile={str(jit_compile).lower()}"])
     splits = {split: corpus.load_split(config.data, split, verbose=False)
@@ -296,18 +298,18 @@ def test_xla_runs_get_one_batch_shape_per_bucket(fixture_corpus_dir, jit_compile
     tokenizer = train_tokenizer(splits["train"].source_lines + splits["train"].target_lines,
                                 300, verbose=False)
     train_data, validation_data, steps = training.make_datasets(config, tokenizer, splits)
-    boundaries = data.bucket_boundaries(config.model.max_length)
+    boundaries = batching.bucket_boundaries(config.model.max_length)
     bucket_shapes = set(zip(
-        data.bucket_batch_sizes(boundaries, config.model.max_length, config.data.batch_tokens),
-        data.bucket_lengths(boundaries, config.model.max_length)))
+        batching.bucket_batch_sizes(boundaries, config.model.max_length, config.data.batch_tokens),
+        batching.bucket_lengths(boundaries, config.model.max_length)))
     for dataset in (train_data.take(steps), validation_data):
         shapes = {tuple(targets.shape) for _, targets, _ in dataset}
         assert shapes <= bucket_shapes if jit_compile else not shapes <= bucket_shapes
 
 
 def test_subword_sampling_setting_reaches_the_training_data_alone(fixture_corpus_dir):
-    from keras_transformer import corpus
-    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
+    from keras_transformer.data import corpus
+    from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer
     config = config_lib.override(tiny_config(fixture_corpus_dir), ["subword_nbest=8"])
     splits = {split: corpus.load_split(config.data, split, verbose=False)
               for split in ("train", "validation")}

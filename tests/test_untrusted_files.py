@@ -16,9 +16,13 @@ import numpy as np
 import pytest
 
 from keras_transformer import config as config_lib
-from keras_transformer import corpus, runs, training
-from keras_transformer.tokenizer import (METADATA_FILE, MODEL_FILE, Tokenizer,
-                                         TokenizerFileError)
+from keras_transformer import files
+from keras_transformer.data import corpus
+from keras_transformer.data.tokenizer import Tokenizer, TokenizerFileError
+from keras_transformer.files import TOKENIZER_METADATA as METADATA_FILE
+from keras_transformer.files import TOKENIZER_MODEL as MODEL_FILE
+from keras_transformer.training import fit as training
+from keras_transformer.training import runs
 from tests.conftest import REPOSITORY
 
 
@@ -30,7 +34,7 @@ def saved_run(tmp_path_factory, fixture_corpus_dir):
         f"data_dir={fixture_corpus_dir}", "num_layers=1"])
     train_text = corpus.load_split(config.data, "train", verbose=False)
     config, _ = training.prepare_run_dir(config, str(run_dir), train_text)
-    runs.build_model(config).save_weights(str(run_dir / runs.FINAL_WEIGHTS))
+    runs.build_model(config).save_weights(str(run_dir / files.FINAL_WEIGHTS))
     return run_dir
 
 
@@ -55,7 +59,7 @@ def test_an_intact_run_loads(run_dir):
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "not_hdf5"])
 def test_a_broken_weights_file_is_named(run_dir, damage):
-    path = run_dir / runs.FINAL_WEIGHTS
+    path = run_dir / files.FINAL_WEIGHTS
     if damage == "truncated":
         truncate(path)
     else:
@@ -65,16 +69,16 @@ def test_a_broken_weights_file_is_named(run_dir, damage):
 
 
 def test_weights_of_another_architecture_are_named(run_dir):
-    config = config_lib.Config.load(run_dir / runs.CONFIG)
+    config = config_lib.Config.load(run_dir / files.CONFIG)
     other = config_lib.override(config, ["hidden_dim=16", "intermediate_dim=32"])
-    path = run_dir / runs.FINAL_WEIGHTS
+    path = run_dir / files.FINAL_WEIGHTS
     runs.build_model(other).save_weights(str(path))
     with pytest.raises(runs.WeightsFileError, match=f"^{path}: cannot load"):
         runs.load_run(str(run_dir), weights="final")
 
 
 def test_a_truncated_config_is_named(run_dir):
-    path = run_dir / runs.CONFIG
+    path = run_dir / files.CONFIG
     truncate(path)
     with pytest.raises(ValueError, match=f"^{path}: line \\d+: not valid JSON"):
         runs.load_run(str(run_dir))
@@ -83,7 +87,7 @@ def test_a_truncated_config_is_named(run_dir):
 def test_config_values_stay_text(run_dir, tmp_path):
     marker = tmp_path / "executed"
     code = f"__import__('pathlib').Path({str(marker)!r}).touch()"
-    path = run_dir / runs.CONFIG
+    path = run_dir / files.CONFIG
     path.write_text(path.read_text().replace('"target_language": "de"',
                                              f'"target_language": "{code}"'))
     config = config_lib.Config.load(path)
@@ -94,7 +98,7 @@ def test_config_values_stay_text(run_dir, tmp_path):
 
 
 def test_unknown_config_fields_are_refused_by_name(run_dir):
-    path = run_dir / runs.CONFIG
+    path = run_dir / files.CONFIG
     text = path.read_text()
     path.write_text(text.replace('"model": {', '"model": {"__class__": "os",', 1))
     with pytest.raises(ValueError, match=f"^{path}: unknown ModelConfig field"):
@@ -103,7 +107,7 @@ def test_unknown_config_fields_are_refused_by_name(run_dir):
 
 @pytest.mark.parametrize("damage", ["truncated_model", "replaced_model", "broken_metadata"])
 def test_a_broken_tokenizer_file_is_named(run_dir, damage):
-    directory = run_dir / runs.TOKENIZER
+    directory = run_dir / files.TOKENIZER
     model_path, metadata_path = directory / MODEL_FILE, directory / METADATA_FILE
     if damage == "truncated_model":
         truncate(model_path)

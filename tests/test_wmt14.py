@@ -7,9 +7,9 @@ tfds = pytest.importorskip("tensorflow_datasets")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_transformer import corpus, data, wmt14  # noqa: E402
 from keras_transformer.config import DataConfig  # noqa: E402
-from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer  # noqa: E402
+from keras_transformer.data import batching, corpus, text, wmt14  # noqa: E402
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID, train_tokenizer  # noqa: E402
 
 # English and German sides of a tiny "split": an empty side and an over-long side.
 PAIRS = [("A house.", "Ein Haus."), ("", "Leer."), ("Long " * 300, "Lang."),
@@ -48,13 +48,14 @@ def test_training_split_drops_empty_and_overlong_pairs():
         train = corpus.load_split(WMT14, "train", verbose=False)
     assert train.source_lines == ("A house.", "Two cats.")
     assert train.target_lines == ("Ein Haus.", "Zwei Katzen.")
-    assert train.stats == corpus.FilterStats(read=4, kept=2, empty=1, too_long=1)
+    assert train.stats == text.FilterStats(read=4, kept=2, empty=1, too_long=1)
 
 
 def test_write_split_gives_line_aligned_files_for_evaluation(tmp_path):
     with tfds.testing.mock_data(as_dataset_fn=_as_dataset):
-        wmt14.main(["--split", "test", "--output-dir", str(tmp_path)])
-    assert corpus.read_parallel(tmp_path / "test.en", tmp_path / "test.de",
+        paths = wmt14.write_split(WMT14, "test", str(tmp_path))
+    assert paths == (str(tmp_path / "test.en"), str(tmp_path / "test.de"))
+    assert text.read_parallel(tmp_path / "test.en", tmp_path / "test.de",
                                 filter_pairs=False).target_lines == tuple(
         german for _, german in PAIRS)
 
@@ -69,7 +70,7 @@ def test_mock_corpus_flows_into_token_budget_batches():
         text = corpus.load_split(WMT14, "train", verbose=False)
     assert 0 < len(text) <= 64
     tokenizer = train_tokenizer(text.source_lines + text.target_lines, 100, verbose=False)
-    batches = list(data.make_dataset(text, tokenizer, batch_tokens=256, max_length=64,
+    batches = list(batching.make_dataset(text, tokenizer, batch_tokens=256, max_length=64,
                                       shuffle=False, verbose=False))
     pairs = 0
     for inputs, targets, loss_weights in batches:

@@ -15,17 +15,17 @@ Public API (every decoder returns a `Decoded`):
       `tf.function`, optionally compiled with XLA.
     - `pad_width(ids, multiple)`: right-pads ids to a multiple of columns.
     - `cross_attention(model, ids, encoder_output, source_ids)`: attention behind ids.
+    - `Ensemble(models)`: several models that decode as one.
 
 Call decoders inside a `tf.function` (`decode_function`): eager Keras calls cost 10-100x
 more than graph ones.
 """
 
 from keras_transformer.decoding.beam import beam_search, gnmt_length_penalty
-from keras_transformer.decoding.common import (END_ID, PAD_ID, START_ID, Decoded,
-                                               cross_attention, decode_function,
-                                               pad_width)
+from keras_transformer.decoding.common import Decoded, cross_attention, decode_function, pad_width
+from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.decoding.greedy import greedy_decode, uncached_greedy_decode
 
-__all__ = ["END_ID", "PAD_ID", "START_ID", "Decoded", "beam_search", "cross_attention",
+__all__ = ["Decoded", "Ensemble", "beam_search", "cross_attention",
            "decode_function", "gnmt_length_penalty", "greedy_decode",
            "pad_width", "uncached_greedy_decode"]

@@ -14,11 +14,17 @@ Shape legend as in `common.py`; `K` is the beam size.
 
 import tensorflow as tf
 
-from keras_transformer.decoding.common import (END_ID, FORBIDDEN, PAD_ID, START_ID,
-                                               constrain_first_token, decoded,
-                                               has_source, length_limits,
-                                               log_probabilities, while_loop,
-                                               write_position)
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer.decoding.common import (
+    FORBIDDEN,
+    constrain_first_token,
+    decoded,
+    has_source,
+    length_limits,
+    log_probabilities,
+    while_loop,
+    write_position,
+)
 
 
 def gnmt_length_penalty(length, alpha):

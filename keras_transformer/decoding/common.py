@@ -8,9 +8,7 @@ import typing
 
 import tensorflow as tf
 
-# Reserved ids of the project's vocabulary (the same as `tokenizer.PAD_ID`, ...); every
-# decoder argument defaults to them.
-PAD_ID, START_ID, END_ID = 0, 2, 3
+from keras_transformer.data.tokenizer import PAD_ID, START_ID
 
 # Log-probability of tokens that must never be chosen and score of empty beam slots.
 # Finite, unlike -inf, so that sums and divisions of scores stay finite.
@@ -190,11 +188,10 @@ def decoded(model, ids, scores, normalized_scores, encoder_output, source_ids, s
 def cross_attention(model, ids, encoder_output, source_ids, start_id=START_ID):
     """Returns the cross-attention weights `(B, N, H, L, S)` behind output `ids` `(B, L)`.
 
-    One teacher-forced `model.decode` over the output: with the same prefixes it computes
-    exactly the weights the cached steps used, for the price of one extra decoder pass.
+    One teacher-forced pass over the output (`model.cross_attention_weights`): with the
+    same prefixes it computes exactly the weights the cached steps used, for the price
+    of one extra decoder pass.
     """
     batch = tf.shape(ids)[0]
     decoder_input = tf.concat([tf.fill([batch, 1], start_id), ids[:, :-1]], axis=1)  # (B, L)
-    _, layer_scores = model.decode(decoder_input, encoder_output, source_ids,
-                                   training=False, return_attention_scores=True)
-    return tf.stack([scores["cross_attention"] for scores in layer_scores], axis=1)
+    return model.cross_attention_weights(decoder_input, encoder_output, source_ids)

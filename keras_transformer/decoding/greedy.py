@@ -5,11 +5,16 @@ Shape legend as in `common.py`.
 
 import tensorflow as tf
 
-from keras_transformer.decoding.common import (END_ID, PAD_ID, START_ID,
-                                               constrain_first_token, decoded,
-                                               has_source, length_limits,
-                                               log_probabilities, while_loop,
-                                               write_position)
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer.decoding.common import (
+    constrain_first_token,
+    decoded,
+    has_source,
+    length_limits,
+    log_probabilities,
+    while_loop,
+    write_position,
+)
 
 
 def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,

@@ -1,12 +1,14 @@
 """The decoder stack: N identical decoder layers (Vaswani et al., 2017, §3.1)."""
 
 import keras
+from keras import ops
 
 from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.stack import LayerStack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(LayerStack):
     """A stack of `num_layers` `DecoderLayer`s; with pre-LN, a final LayerNorm.
 
     Args:
@@ -20,7 +22,6 @@ class Decoder(keras.layers.Layer):
         encoder_output: float tensor `(B, S, D)`.
         self_attention_mask: bool `(B, T, T)`.
         cross_attention_mask: bool broadcastable to `(B, T, S)`.
-        return_attention_scores: bool. Also return a list with each layer's scores.
         training: bool. Whether dropout is active.
 
     Example:
@@ -32,40 +33,31 @@ class Decoder(keras.layers.Layer):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762), §3.1.
     """
 
-    def __init__(self, num_layers, intermediate_dim, num_heads, dropout=0.1,
-                 attention_dropout=0.0, normalize_first=False, layer_norm_epsilon=1e-6,
-                 use_fused_attention=False, **kwargs):
-        super().__init__(**kwargs)
-        self.num_layers = num_layers
-        self.layer_arguments = dict(
-            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
-            attention_dropout=attention_dropout, normalize_first=normalize_first,
-            layer_norm_epsilon=layer_norm_epsilon, use_fused_attention=use_fused_attention)
-        self.decoder_layers = [
-            DecoderLayer(**self.layer_arguments, dtype=self.dtype_policy, name=f"layer_{i}")
-            for i in range(num_layers)]
-        # Pre-LN leaves the residual stream unnormalised after the last layer.
-        self.output_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=self.dtype_policy,
-            name="output_norm") if normalize_first else None
+    layer_class = DecoderLayer
+    layers_attribute = "decoder_layers"
 
     def build(self, x_shape, encoder_output_shape):
-        for layer in self.decoder_layers:
-            layer.build(x_shape, encoder_output_shape)
-        if self.output_norm is not None:
-            self.output_norm.build(x_shape)
+        self.build_stack(x_shape, encoder_output_shape)
 
     def call(self, x, encoder_output, self_attention_mask=None, cross_attention_mask=None,
-             return_attention_scores=False, training=None):
-        scores = []
+             training=None):
         for layer in self.decoder_layers:
             x = layer(x, encoder_output, self_attention_mask, cross_attention_mask,
-                      return_attention_scores=return_attention_scores, training=training)
-            if return_attention_scores:
-                x, layer_scores = x
-                scores.append(layer_scores)
-        x = x if self.output_norm is None else self.output_norm(x)  # (B, T, D)
-        return (x, scores) if return_attention_scores else x
+                      training=training)  # (B, T, D)
+        return self.normalize_output(x)
+
+    def cross_attention_weights(self, x, encoder_output, self_attention_mask=None,
+                                cross_attention_mask=None):
+        """Returns float32 `(B, N, H, T, S)`: every layer's encoder-decoder attention.
+
+        Arguments as for `call`, without dropout.
+        """
+        weights = []
+        for layer in self.decoder_layers:
+            weights.append(layer.cross_attention_weights(
+                x, encoder_output, self_attention_mask, cross_attention_mask))
+            x = layer(x, encoder_output, self_attention_mask, cross_attention_mask)
+        return ops.stack(weights, axis=1)
 
     def project_encoder_output(self, encoder_output):
         """Returns per-layer lists of cross-attention keys `(B, H, K, S)` and values
@@ -89,11 +81,4 @@ class Decoder(keras.layers.Layer):
             for name in names:
                 updated[name][i] = layer_cache[name]
         cache.update(updated)
-        x = x if self.output_norm is None else self.output_norm(x)  # (B, D)
-        return x, cache
-
-    def compute_output_shape(self, x_shape, encoder_output_shape=None):
-        return x_shape
-
-    def get_config(self):
-        return {**super().get_config(), "num_layers": self.num_layers, **self.layer_arguments}
+        return self.normalize_output(x), cache  # (B, D)

@@ -19,7 +19,8 @@ class DecoderLayer(keras.layers.Layer):
     `call` runs all target positions at once (training, scoring); `decode_step` runs one
     new position against a key/value cache of the earlier ones and the encoder keys and
     values projected once per sentence (`project_encoder_output`), so that a decoding
-    step costs O(T) instead of O(T²).
+    step costs O(T) instead of O(T²). `cross_attention_weights` gives the weights of its
+    encoder-decoder attention.
 
     Args:
         intermediate_dim: int. Feed-forward width (`d_ff`).
@@ -36,8 +37,6 @@ class DecoderLayer(keras.layers.Layer):
         encoder_output: float tensor `(B, S, D)`.
         self_attention_mask: bool `(B, T, T)`: look-ahead and target padding.
         cross_attention_mask: bool broadcastable to `(B, T, S)`: source padding.
-        return_attention_scores: bool. Also return `{"self_attention": (B, H, T, T),
-            "cross_attention": (B, H, T, S)}`.
         training: bool. Whether dropout is active.
 
     Example:
@@ -80,10 +79,13 @@ class DecoderLayer(keras.layers.Layer):
         self.feed_forward.build(x_shape)
         self.feed_forward_norm.build(x_shape)
 
-    def _sublayers(self, x, self_attend, cross_attend, training):
+    def _self_attention_block(self, x, self_attend, training):
         # Masked self-attention block (§3.2.3).
-        x = residual_block(x, self_attend, self.self_attention_norm,
-                           self.self_attention_dropout, self.normalize_first, training)
+        return residual_block(x, self_attend, self.self_attention_norm,
+                              self.self_attention_dropout, self.normalize_first, training)
+
+    def _sublayers(self, x, self_attend, cross_attend, training):
+        x = self._self_attention_block(x, self_attend, training)
         # Encoder-decoder attention block: queries from the decoder, keys/values from
         # the encoder output (§3.2.3).
         x = residual_block(x, cross_attend, self.cross_attention_norm,
@@ -93,23 +95,31 @@ class DecoderLayer(keras.layers.Layer):
                               self.feed_forward_dropout, self.normalize_first, training)
 
     def call(self, x, encoder_output, self_attention_mask=None, cross_attention_mask=None,
-             return_attention_scores=False, training=None):
-        scores = {}
+             training=None):
+        def self_attend(h):
+            return self.self_attention(h, h, attention_mask=self_attention_mask,
+                                       training=training)
 
-        def attention(role, key_value, mask):
-            def sublayer(h):
-                result = getattr(self, role)(
-                    h, h if key_value is None else key_value, attention_mask=mask,
-                    return_attention_scores=return_attention_scores, training=training)
-                if return_attention_scores:
-                    result, scores[role] = result
-                return result
-            return sublayer
+        def cross_attend(h):
+            return self.cross_attention(h, encoder_output, attention_mask=cross_attention_mask,
+                                        training=training)
 
-        x = self._sublayers(x, attention("self_attention", None, self_attention_mask),
-                            attention("cross_attention", encoder_output, cross_attention_mask),
-                            training)  # (B, T, D)
-        return (x, scores) if return_attention_scores else x
+        return self._sublayers(x, self_attend, cross_attend, training)  # (B, T, D)
+
+    def cross_attention_weights(self, x, encoder_output, self_attention_mask=None,
+                                cross_attention_mask=None):
+        """Returns the float32 encoder-decoder attention weights `(B, H, T, S)` of `call`.
+
+        Arguments as for `call`, without dropout. The weights are those of the queries
+        that `call` gives the cross-attention: the self-attention block's output (after
+        its LayerNorm with pre-LN).
+        """
+        x = self._self_attention_block(
+            x, lambda h: self.self_attention(h, h, attention_mask=self_attention_mask),
+            training=False)  # (B, T, D)
+        query = self.cross_attention_norm(x) if self.normalize_first else x
+        return self.cross_attention.attention_weights(query, encoder_output,
+                                                      attention_mask=cross_attention_mask)
 
     def project_encoder_output(self, encoder_output):
         """Returns cross-attention keys `(B, H, K, S)` and values `(B, H, S, K)`, once per
@@ -139,10 +149,12 @@ class DecoderLayer(keras.layers.Layer):
         cache_length = ops.shape(cache["self_values"])[2]
 
         def self_attend(h):
-            keys, values = self.self_attention.project_step_key_value(h)  # (B, H, K, 1), (B, H, 1, K)
+            # keys (B, H, K, 1), values (B, H, 1, K)
+            keys, values = self.self_attention.project_step_key_value(h)
             cache["self_keys"] = write_position(cache["self_keys"], index, keys, axis=3)
             cache["self_values"] = write_position(cache["self_values"], index, values, axis=2)
-            visible = ops.expand_dims(causal_mask(1, cache_length, query_offset=index), 0)  # (1, 1, T_max)
+            visible = ops.expand_dims(causal_mask(1, cache_length, query_offset=index),
+                                      0)  # (1, 1, T_max)
             return self.self_attention.attend_cached(
                 h, cache["self_keys"], cache["self_values"], visible)
 

@@ -68,9 +68,11 @@ class TokenEmbedding(keras.layers.Layer):
 
     def call(self, token_ids, start_position=0, training=None):
         # §3.4: "we multiply those weights by √d_model".
-        x = self.token_embedding(token_ids) * ops.cast(math.sqrt(self.hidden_dim), self.compute_dtype)  # (B, L, D)
+        scale = ops.cast(math.sqrt(self.hidden_dim), self.compute_dtype)
+        x = self.token_embedding(token_ids) * scale  # (B, L, D)
         positions = ops.arange(ops.shape(token_ids)[1]) + start_position  # (L,)
-        encoding = ops.take(ops.convert_to_tensor(self.positional_encoding), positions, axis=0)  # (L, D)
+        encoding = ops.take(ops.convert_to_tensor(self.positional_encoding), positions,
+                            axis=0)  # (L, D)
         x = x + ops.expand_dims(ops.cast(encoding, self.compute_dtype), 0)
         return self.embedding_dropout(x, training=training)
 

@@ -1,0 +1,152 @@
+"""Multi30K Task 1: its file names, and its files downloaded once and checked by SHA-256.
+
+Multi30K Task 1 (Elliott et al., 2016; the WMT 2017 multimodal task) holds en, de and
+fr image captions, line-aligned across languages, so any two make a direction. Files
+are named `<split>.<language>.gz`: `train` (29,000 lines), `val` (1,014) and the three
+test splits the field reports side by side, `test_2016_flickr` (1,000),
+`test_2017_flickr` (1,000) and `test_2017_mscoco` (461, out of Flickr's domain).
+
+`download(split, language)` fetches one file with `keras.utils.get_file`, verifies it by
+SHA-256 and caches it under `$KERAS_HOME/datasets/multi30k` like other Keras datasets;
+`local_file(data_dir, split, language)` finds it in a local copy instead. The download
+location can be overridden with `base_url=` or the environment variable
+`KERAS_TRANSFORMER_MULTI30K_URL` (a mirror, or a local server in tests).
+
+Errors name the URL or file and the fix: `DownloadError` (no connection, a missing
+file) and `ChecksumMismatchError` (other bytes than the original's); neither leaves a
+file in the cache.
+"""
+
+import hashlib
+import os
+import tempfile
+
+import keras
+
+from keras_transformer.data.text import CorpusError
+
+URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+URL_ENVIRONMENT_VARIABLE = "KERAS_TRANSFORMER_MULTI30K_URL"
+CACHE_SUBDIR = os.path.join("datasets", "multi30k")
+LANGUAGES = ("en", "de", "fr")
+TEST_SPLITS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+SPLITS = ("train", "val", *TEST_SPLITS)
+# SHA-256 of the upstream files, so that a changed or truncated download is caught.
+SHA256 = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_flickr.fr.gz": "3ba671ceb2299f3304ffafefea7a833d08632fbaf0ba18546f8a2ec2391af496",
+    "test_2017_mscoco.en.gz": "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58",
+    "test_2017_mscoco.de.gz": "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338",
+    "test_2017_mscoco.fr.gz": "754f3072ba9f124569ba5258b32730fc1d214bbf8e0c6dfb2b74401676220db0",
+}
+
+
+class DownloadError(CorpusError):
+    """A Multi30K file could not be downloaded; the message names the URL and the fix."""
+
+
+class ChecksumMismatchError(CorpusError):
+    """A downloaded file does not have the expected SHA-256."""
+
+
+def file_name(split, language):
+    """Returns Multi30K's name of one file, e.g. `"val.de.gz"`."""
+    if split not in SPLITS or language not in LANGUAGES:
+        raise CorpusError(f"Multi30K has no {split}.{language}: splits are {SPLITS}, "
+                          f"languages {LANGUAGES}.")
+    return f"{split}.{language}.gz"
+
+
+def local_file(data_dir, split, language):
+    """Returns `data_dir/<split>.<language>.gz`, or the uncompressed file when only it exists.
+
+    A missing file keeps the `.gz` name, which the error of the reader then reports.
+    """
+    compressed = os.path.join(data_dir, file_name(split, language))
+    plain = compressed.removesuffix(".gz")
+    return plain if not os.path.exists(compressed) and os.path.exists(plain) else compressed
+
+
+def download(split, language, *, cache_dir=None, base_url=None):
+    """Downloads one Multi30K Task 1 file (once) and returns its cached path.
+
+    Args:
+        split: Multi30K's split name: one of `SPLITS`, e.g. `"val"`.
+        language: `"en"`, `"de"` or `"fr"`.
+        cache_dir: str. Cache root; the file lands in `<cache_dir>/datasets/multi30k/`.
+            Defaults to `$KERAS_HOME` (`~/.keras`).
+        base_url: str. URL prefix of the files. Defaults to
+            `$KERAS_TRANSFORMER_MULTI30K_URL`, else `URL`.
+
+    Returns:
+        The local path of the verified file.
+
+    Raises:
+        DownloadError: the file could not be fetched (no connection, wrong URL).
+        ChecksumMismatchError: the downloaded bytes are not the expected ones.
+        Neither leaves a file in the cache.
+    """
+    name = file_name(split, language)
+    base_url = base_url or os.environ.get(URL_ENVIRONMENT_VARIABLE) or URL
+    origin = base_url.rstrip("/") + "/" + name
+    expected = SHA256[name]
+    cache_root = _cache_root(cache_dir)
+    path = os.path.join(cache_root, CACHE_SUBDIR, name)
+    try:
+        return keras.utils.get_file(
+            fname=name, origin=origin, file_hash=expected, hash_algorithm="sha256",
+            cache_subdir=CACHE_SUBDIR, cache_dir=cache_root)
+    except ValueError:
+        # Keras leaves a file that fails its hash check in the cache: remove it, so that
+        # the next run downloads again instead of reading corrupt data.
+        actual = _sha256(path) if os.path.exists(path) else "nothing"
+        _remove(path)
+        raise ChecksumMismatchError(
+            f"{origin}: downloaded file has SHA-256 {actual}, expected {expected}; the "
+            f"file was removed from {os.path.dirname(path)}. Check that the URL (or "
+            f"${URL_ENVIRONMENT_VARIABLE}) points at the original Multi30K files, or "
+            "pass --data-dir DIR with a local copy.") from None
+    except Exception as error:  # Keras raises a bare Exception for a failed fetch
+        _remove(path)
+        cause = str(error).split(" -- ")[-1] or type(error).__name__
+        raise DownloadError(
+            f"cannot download {origin} ({cause}). Without internet, pass --data-dir DIR "
+            f"with Multi30K's files ({name} and the others: <split>.<language>.gz), or "
+            f"set ${URL_ENVIRONMENT_VARIABLE} to a mirror.") from None
+
+
+def _remove(path):
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def _cache_root(cache_dir):
+    # Resolved here, not left to Keras, so that we know where a bad download lies; the
+    # same rule as Keras: $KERAS_HOME, else ~/.keras, else /tmp/.keras if not writable.
+    root = os.path.expanduser(cache_dir or os.environ.get("KERAS_HOME")
+                              or os.path.join("~", ".keras"))
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError:
+        pass  # not writable: the check below falls back on the temporary directory
+    if not os.access(root, os.W_OK):
+        root = os.path.join(tempfile.gettempdir(), ".keras")
+    return root
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

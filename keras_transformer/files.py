@@ -1,0 +1,143 @@
+"""Every name on disk, and how files are written: one home, importable without TensorFlow.
+
+The run directory (what training writes, `training.run_dir` reads back):
+
+    RUN_DIR/
+      config.json             the full Config; model.vocabulary_size is the tokenizer's
+      tokenizer/              tokenizer.model + tokenizer.json, trained once, reused
+      checkpoints/            step-<update>.weights.h5 (the newest `keep_checkpoints`),
+                              best.weights.h5 + best.json (best validation BLEU)
+      backup/                 the resumable backup (`training.backup`)
+      logs/train, logs/validation   TensorBoard event files
+      model.weights.h5        weights when training finished
+      averaged.weights.h5     the mean of the last checkpoints (+ averaged.json)
+      export/                 what `export` writes (below)
+
+The export directory (`serving.export`):
+
+    saved_model/                      signatures serving_default (greedy), beam_search
+    translator.tflite                 the same signatures: TFLite builtins + tf-text ops
+    translator_dynamic_range.tflite   the same with int8 weights
+    export_report.json, .md           versions, config, sizes, op lists
+    check_report.json                 the self-check's table (`export --check`)
+
+Every signature maps `sentences: string[B]` to `translations`, `token_ids` and `scores`.
+
+Writes that replace a file go through `replace_atomically`, so that an interrupted
+process never leaves half a file under a real name; outputs a command will write are
+checked before its long work begins (`check_output_file`): a command that translates
+for minutes and then cannot write its result loses that work, and one that writes over
+a file it reads destroys the user's data.
+"""
+
+import gzip
+import os
+import re
+
+# The run directory.
+CONFIG = "config.json"
+TOKENIZER = "tokenizer"
+CHECKPOINTS = "checkpoints"
+BACKUP = "backup"
+LOGS = "logs"
+FINAL_WEIGHTS = "model.weights.h5"
+AVERAGED_WEIGHTS = "averaged.weights.h5"
+CHECKPOINT = "step-{step:08d}.weights.h5"  # in CHECKPOINTS, numbered by weight update
+CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)\.weights\.h5$")
+BEST_WEIGHTS = "best.weights.h5"  # in CHECKPOINTS
+BEST_INFO = "best.json"  # in CHECKPOINTS, beside BEST_WEIGHTS
+AVERAGED_RECORD = "averaged.json"  # beside AVERAGED_WEIGHTS: the checkpoints averaged
+
+# The tokenizer directory.
+TOKENIZER_MODEL = "tokenizer.model"
+TOKENIZER_METADATA = "tokenizer.json"
+
+# The export directory and its artifacts.
+EXPORT_DIR = "export"
+SAVED_MODEL = "saved_model"
+TFLITE = "translator.tflite"
+TFLITE_QUANTIZED = "translator_dynamic_range.tflite"
+REPORT_JSON = "export_report.json"
+REPORT_MARKDOWN = "export_report.md"
+CHECK_REPORT = "check_report.json"
+
+# The exported signatures: `sentences` in; `translations`, `token_ids`, `scores` out.
+GREEDY_SIGNATURE = "serving_default"
+BEAM_SIGNATURE = "beam_search"
+INPUT_NAME = "sentences"
+
+# Keras insists that weight files end in ".weights.h5": temporary names get a prefix.
+PARTIAL_PREFIX = "partial-"
+
+
+def replace_atomically(path, write):
+    """Calls `write(temporary_path)`, then renames the temporary file to `path`.
+
+    The temporary file lies in `path`'s folder (a rename never crosses file systems)
+    and keeps its name's ending, which Keras's weight files need.
+    """
+    directory, name = os.path.split(os.fspath(path))
+    temporary = os.path.join(directory, PARTIAL_PREFIX + name)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def write_bytes(path, data):
+    """Writes `data` to `path` atomically (see `replace_atomically`)."""
+    def write(temporary):
+        with open(temporary, "wb") as file:
+            file.write(data)
+    replace_atomically(path, write)
+
+
+def write_text(path, text):
+    """Writes `text` to `path` as UTF-8, atomically (see `replace_atomically`)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_lines(path, lines):
+    """Writes `lines` to `path`, one per line, as UTF-8 (gzip when it ends in `.gz`)."""
+    text = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    if os.fspath(path).endswith(".gz"):
+        # No file name or time in the header: the same lines give the same bytes.
+        text = gzip.compress(text, mtime=0)
+    write_bytes(path, text)
+
+
+def check_output_file(name, path, inputs=None):
+    """Raises `ValueError` when `path` cannot be written as a file or names an input.
+
+    Args:
+        name: str. What the command calls the output (its option, say), for the message.
+        path: str or None (nothing written: nothing to check).
+        inputs: dict, what the command calls each file it reads -> its path (or None).
+    """
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise ValueError(f"{name} {path} is a folder: name a file to write.")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{name} {path}: its folder {folder} does not exist; create it or "
+                         "name a file in an existing folder.")
+    check_not_an_input(name, path, inputs or {})
+
+
+def check_not_an_input(name, path, inputs):
+    """Raises `ValueError` when the file or folder `path` is one of `inputs`.
+
+    Args:
+        name: str. What the command calls the output, for the message.
+        path: str. The file or folder that would be written.
+        inputs: dict, what the command calls each file or folder it reads -> its path
+            (or None).
+    """
+    for input_name, input_path in inputs.items():
+        if (input_path and os.path.exists(path) and os.path.exists(input_path)
+                and os.path.samefile(path, input_path)):
+            raise ValueError(f"{name} {path} is also the {input_name}: writing it would "
+                             f"overwrite the {input_name}. Name another {name}.")

@@ -1,0 +1,258 @@
+"""The whole recipe: train, choose on validation, export, then score every test split once.
+
+    keras-transformer recipe [--preset multi30k] [--data-dir DIR]
+
+`run_recipe(config, run_dir)` does, in this order:
+
+1. train (`training.fit.train`; skipped when `run_dir` records a finished training);
+2. choose on the validation split, every sentence of it, by BLEU of beam search: which
+   weights (the best-validation-BLEU checkpoint, the newest one, or the mean of the
+   newest 2, 3, … checkpoints), then the beam size and length penalty α;
+3. export the chosen weights with the chosen beam search, and check the export;
+4. score the exported SavedModel (what is served is what is scored) on validation, then
+   on each test split of the corpus, beam and greedy, with sacreBLEU's BLEU and chrF.
+
+The test splits are read in step 4 alone, after every choice is made: they are never the
+development set. Translations of every scored split are kept in
+`run_dir/translations/<split>.<beam|greedy>.<language>`.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import time
+
+from keras_transformer import evaluation, files, translate
+from keras_transformer.data import corpus
+from keras_transformer.serving import export, runners, self_check
+from keras_transformer.serving.translator import Translator
+from keras_transformer.training import averaging, fit, runs
+from keras_transformer.training.callbacks import list_checkpoints
+
+logger = logging.getLogger(__name__)
+
+TRAINING_RECORD = "training_record.json"  # in the run directory: what training took
+RESULT_FILE = "recipe.json"  # in the run directory: everything `run_recipe` measured
+TRANSLATIONS_DIR = "translations"  # in the run directory
+# The paper's beam search (§6.1) is always among the candidates.
+PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY = 4, 0.6
+DEFAULT_LENGTH_PENALTIES = (0.6, 0.8, 1.0)
+SAMPLE_COUNT = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Choices:
+    """What `run_recipe` may choose from on validation.
+
+    Attributes:
+        average_counts: numbers of newest checkpoints to average (1: the newest alone).
+        best_checkpoint: bool. Also try the best-validation-BLEU weights of training.
+        beam_sizes: beam sizes to try.
+        length_penalties: values of α to try.
+    """
+
+    average_counts: tuple = (1, 2, 3, 4, 5)
+    best_checkpoint: bool = True
+    beam_sizes: tuple = (PAPER_BEAM_SIZE,)
+    length_penalties: tuple = DEFAULT_LENGTH_PENALTIES
+
+
+def run_recipe(config, run_dir, *, choices=Choices(), check=True, batch_size=64):
+    """Trains (once), chooses on validation, exports and scores the test splits.
+
+    Args:
+        config: `Config` to train.
+        run_dir: str. The run directory.
+        choices: `Choices`.
+        check: bool. Run the export's self-check (`export --check`) and fail on it.
+        batch_size: int. Sentences per translator call when scoring.
+
+    Returns:
+        A JSON-ready dict: `training`, `selection`, `export`, `validation` and `test`
+        scores (per split, `beam` and `greedy`, each `evaluation.score`'s dict), and
+        `samples` (validation sources with their translations).
+
+    Raises:
+        self_check.SelfCheckFailed: the exported artifacts do not translate alike.
+    """
+    record = train_once(config, run_dir)
+    config = runs.load_config(run_dir)  # with the tokenizer's vocabulary size
+    validation = corpus.load_split(config.data, "validation", filter_pairs=False,
+                                   verbose=False)
+    selection = choose_on_validation(run_dir, validation, choices)
+    export_dir, _ = export.export_run(
+        run_dir, weights=selection["weights_path"], quantize=check,
+        beam_size=selection["beam_size"], length_penalty=selection["length_penalty"])
+    result = {"config": json.loads(config.to_json()), "training": record,
+              "selection": selection, "export_dir": export_dir}
+    if check:
+        checks = self_check.check_run(run_dir, export_dir=export_dir)
+        result["check"] = [check._asdict() for check in checks]
+        self_check.raise_on_failure(checks)
+    saved_model = os.path.join(export_dir, files.SAVED_MODEL)
+    translations_dir = os.path.join(run_dir, TRANSLATIONS_DIR)
+    os.makedirs(translations_dir, exist_ok=True)
+    result["validation"] = score_splits(config, saved_model, ["validation"], ("beam",),
+                                        translations_dir, batch_size)["validation"]
+    result["test"] = score_test_splits(config, saved_model, translations_dir, batch_size)
+    sources = list(validation.source_lines[:SAMPLE_COUNT])
+    result["samples"] = list(zip(sources, translate.load_translator(saved_model)(sources)))
+    files.write_text(os.path.join(run_dir, RESULT_FILE),
+                     json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    return result
+
+
+def train_once(config, run_dir):
+    """Trains into `run_dir` unless a finished training is recorded there; returns it.
+
+    The record (`training_record.json`) is written only after training returns, so a run
+    directory without it holds an interrupted run, which `fit.train` resumes (the
+    record's minutes then count this process's part only).
+    """
+    record_path = os.path.join(run_dir, TRAINING_RECORD)
+    if os.path.exists(record_path):
+        with open(record_path, encoding="utf-8") as file:
+            record = json.load(file)
+        logger.info("Training already finished in %s (%.1f min, %d updates).", run_dir,
+                    record["minutes"], record["updates"])
+        return record
+    logger.info("Training into %s", run_dir)
+    start = time.monotonic()
+    history = fit.train(config, run_dir)
+    model = history.model
+    record = {"minutes": (time.monotonic() - start) / 60, "epochs": len(history.epoch),
+              "updates": int(model.optimizer.iterations.numpy()),
+              "parameters": int(model.count_params()),
+              "final_loss": history.history.get("loss", [None])[-1],
+              "final_val_loss": history.history.get("val_loss", [None])[-1]}
+    files.write_text(record_path, json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def candidate_weights(run_dir, choices):
+    """Returns `{name: weights path or list of checkpoint paths}` to choose among."""
+    checkpoints = list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
+    if not checkpoints:
+        raise FileNotFoundError(f"No checkpoints in {run_dir}: train first.")
+    candidates = {}
+    for count in sorted(set(choices.average_counts)):
+        if count <= len(checkpoints):
+            name = "newest checkpoint" if count == 1 else f"mean of newest {count}"
+            candidates[name] = checkpoints[-count:]
+    best = os.path.join(run_dir, files.CHECKPOINTS, files.BEST_WEIGHTS)
+    if choices.best_checkpoint and os.path.exists(best):
+        candidates["best validation BLEU"] = [best]
+    return candidates
+
+
+def choose_on_validation(run_dir, validation, choices):
+    """Chooses weights, beam size and α by beam-search BLEU on `validation`.
+
+    First the weights, decoded with the paper's beam (4, α 0.6), then beam size and α
+    for the chosen weights. Ties go to the candidate tried first (fewer checkpoints, the
+    paper's settings). The chosen mean is written as the run's `averaged.weights.h5`.
+
+    Returns:
+        A JSON-ready dict of every score and what was chosen (`weights`,
+        `weights_path`, `beam_size`, `length_penalty`, `bleu`).
+    """
+    config, tokenizer, model = runs.load_run(run_dir)
+    sources, references = list(validation.source_lines), list(validation.target_lines)
+
+    def bleu(translator):
+        runner = runners.ModuleRunner(translator, beam=True)
+        hypotheses = evaluation.translate_file_lines(runner, sources, verbose=False)
+        return evaluation.score(hypotheses, references)["bleu"]["score"]
+
+    paper = Translator(model, tokenizer, beam_size=PAPER_BEAM_SIZE,
+                       length_penalty=PAPER_LENGTH_PENALTY, jit_compile=True)
+    weights_scores = {}
+    candidates = candidate_weights(run_dir, choices)
+    for name, paths in candidates.items():
+        averaging.average_weights(model, paths)  # in place: the translator's graph stays
+        weights_scores[name] = bleu(paper)
+        logger.info("validation BLEU %.2f: %s (beam %d, α %g)", weights_scores[name], name,
+                    PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY)
+    chosen = max(weights_scores, key=weights_scores.get)
+    averaging.average_weights(model, candidates[chosen])
+    decoder_scores = {}
+    for beam_size in choices.beam_sizes:
+        for alpha in choices.length_penalties:
+            if (beam_size, alpha) == (PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY):
+                score = weights_scores[chosen]
+            else:
+                score = bleu(Translator(model, tokenizer, beam_size=beam_size,
+                                        length_penalty=alpha, jit_compile=True))
+            decoder_scores[f"beam {beam_size}, α {alpha:g}"] = score
+            logger.info("validation BLEU %.2f: %s, beam %d, α %g", score, chosen,
+                        beam_size, alpha)
+    best_decoder = max(decoder_scores, key=decoder_scores.get)
+    beam_size, alpha = next((b, a) for b in choices.beam_sizes
+                            for a in choices.length_penalties
+                            if f"beam {b}, α {a:g}" == best_decoder)
+    paths = candidates[chosen]
+    if len(paths) > 1 or paths[0] != os.path.join(run_dir, files.CHECKPOINTS,
+                                                   files.BEST_WEIGHTS):
+        weights_path = averaging.average_run(run_dir, last=len(paths))
+    else:
+        weights_path = paths[0]
+    return {"sentences": len(sources), "weights_scores": weights_scores,
+            "decoder_scores": decoder_scores, "weights": chosen,
+            "weights_path": weights_path, "beam_size": beam_size, "length_penalty": alpha,
+            "bleu": decoder_scores[best_decoder]}
+
+
+def score_test_splits(config, saved_model, translations_dir, batch_size=64):
+    """Scores `saved_model` on every test split of the corpus, beam and greedy.
+
+    The only place where the recipe reads a test split.
+
+    Returns:
+        `{split: {"beam": scores, "greedy": scores}}` (`evaluation.score_files`'s dicts).
+    """
+    return score_splits(config, saved_model, corpus.test_splits(config.data),
+                        ("beam", "greedy"), translations_dir, batch_size)
+
+
+def score_splits(config, saved_model, splits, decoders, translations_dir, batch_size=64):
+    """Scores `saved_model` on `splits` with each of `decoders` ("beam", "greedy").
+
+    Each decoder's signature is loaded once for all the splits; the translations go to
+    `translations_dir/<split>.<decoder>.<language>`.
+
+    Returns:
+        `{split: {decoder: scores}}`.
+    """
+    results = {}
+    for decoder in decoders:
+        beam = decoder == "beam"
+        runner = runners.open_runner(saved_model, beam=beam)
+        for split in splits:
+            source, reference = corpus.corpus_files(config.data, split)
+            logger.info("Scoring %s (%s) on %s", saved_model, decoder, source)
+            scores = evaluation.score_files(
+                runner, source, reference, batch_size=batch_size, verbose=False,
+                output=os.path.join(translations_dir,
+                                    f"{split}.{decoder}.{config.data.target_language}"))
+            scores.update(artifact=saved_model, beam=beam)
+            logger.info("%s", evaluation.format_scores(scores))
+            results.setdefault(split, {})[decoder] = scores
+    return results
+
+
+def results_table(result):
+    """Returns the recipe's scores as a text table: one row per split and decoder."""
+    rows = [("split", "decoder", "sentences", "BLEU", "chrF")]
+    splits = [("validation", result["validation"])] + list(result["test"].items())
+    for split, by_decoder in splits:
+        for decoder, scores in by_decoder.items():
+            rows.append((split, decoder, str(scores["sentences"]),
+                         f"{scores['bleu']['score']:.2f}", f"{scores['chrf']['score']:.2f}"))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    signature = next(iter(result["validation"].values()))
+    lines += ["", signature["bleu"]["signature"], signature["chrf"]["signature"]]
+    return "\n".join(lines)

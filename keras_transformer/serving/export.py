@@ -1,0 +1,191 @@
+"""Export a trained run: SavedModel, TFLite files and a report of what they need.
+
+    keras-transformer export RUN_DIR            # writes RUN_DIR/export/
+    keras-transformer export RUN_DIR --check    # then checks every artifact agrees
+
+The export directory's layout is in `keras_transformer.files`. Every op of every
+artifact is listed and checked (`op_checks`): an op that TF Serving or LiteRT would not
+have fails the export before anything is shipped.
+"""
+
+import datetime
+import json
+import os
+import shutil
+
+import ai_edge_litert
+import keras
+import tensorflow as tf
+import tensorflow_text
+
+from keras_transformer import files
+from keras_transformer.files import (
+    REPORT_JSON,
+    REPORT_MARKDOWN,
+    SAVED_MODEL,
+    TFLITE,
+    TFLITE_QUANTIZED,
+)
+from keras_transformer.serving import op_checks
+from keras_transformer.serving import translator as translator_lib
+from keras_transformer.training import runs
+
+
+def export_translator(translator, directory, *, quantize=True):
+    """Writes the SavedModel and TFLite files of `translator` into `directory`.
+
+    Args:
+        translator: `translator.Translator` of the trained model.
+        directory: str. Output directory (created; artifacts in it are replaced).
+        quantize: bool. Also write the dynamic-range-quantized TFLite file.
+
+    Returns:
+        The report (a JSON-ready dict) of what was written; not yet saved.
+
+    Raises:
+        op_checks.UnsupportedOpsError: an artifact needs ops its runtime lacks
+            (nothing of that artifact is left in `directory`).
+    """
+    os.makedirs(directory, exist_ok=True)
+    saved_model_dir = os.path.join(directory, SAVED_MODEL)
+    if os.path.exists(saved_model_dir):
+        shutil.rmtree(saved_model_dir)
+    translator_lib.save_saved_model(translator, saved_model_dir)
+    ops = op_checks.saved_model_ops(saved_model_dir)
+    try:
+        tf_text_ops = op_checks.check_saved_model_ops(ops)
+    except op_checks.UnsupportedOpsError:
+        shutil.rmtree(saved_model_dir)
+        raise
+    report = {
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": _versions(),
+        "translator": {"max_source_length": translator.model.max_length,
+                       "max_output_length": translator.max_output_length,
+                       "extra_length": translator.extra_length,
+                       "beam_size": translator.beam_size,
+                       "length_penalty": translator.length_penalty,
+                       "vocabulary_size": translator.tokenizer.vocabulary_size},
+        "saved_model": {"path": SAVED_MODEL, "bytes": _size(saved_model_dir),
+                        "signatures": {files.GREEDY_SIGNATURE: "greedy",
+                                       files.BEAM_SIGNATURE: "beam search"},
+                        "tf_text_ops": tf_text_ops, "ops": ops},
+    }
+    for key, name, quantized in (("tflite", TFLITE, False),
+                                 ("tflite_dynamic_range", TFLITE_QUANTIZED, True)):
+        if quantized and not quantize:
+            continue
+        report[key] = _export_tflite(translator, os.path.join(directory, name),
+                                     quantized)
+    return report
+
+
+def _export_tflite(translator, path, quantize):
+    """Converts, checks and writes one TFLite file; returns its report entry."""
+    content = translator_lib.convert_to_tflite(translator, quantize=quantize)
+    ops = op_checks.tflite_ops(content)
+    custom_ops = op_checks.check_tflite_ops(ops)
+    with open(path, "wb") as file:
+        file.write(content)
+    return {"path": os.path.basename(path), "bytes": len(content),
+            "quantization": "dynamic range (int8 weights)" if quantize else None,
+            "custom_ops": custom_ops, "ops": ops}
+
+
+def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensemble=(),
+               **translator_options):
+    """Exports the run in `run_dir` and writes the report beside the artifacts.
+
+    Args:
+        run_dir: str. A run directory written by training (layout in `files`).
+        weights: which weights to export (see `runs.find_weights`); newest by default.
+        output_dir: str. Where to write; `RUN_DIR/export` by default.
+        quantize: bool. Also write the dynamic-range-quantized TFLite file.
+        ensemble: run directories of further models, trained with this run's
+            tokenizer, whose probabilities the artifact averages with this run's
+            (`decoding.ensemble.Ensemble`); their weights are chosen by `weights` too.
+        **translator_options: passed to `translator.Translator`.
+
+    Returns:
+        `(output_dir, report)`.
+    """
+    if ensemble:
+        config, tokenizer, model, weight_paths = runs.load_ensemble(
+            [run_dir, *ensemble], weights)
+    else:
+        config, tokenizer, model = runs.load_run(run_dir, weights)
+        weight_paths = [runs.find_weights(run_dir, weights)]
+    output_dir = output_dir or os.path.join(run_dir, files.EXPORT_DIR)
+    translator = translator_lib.Translator(model, tokenizer, **translator_options)
+    report = export_translator(translator, output_dir, quantize=quantize)
+    report["run"] = {"run_dir": os.path.abspath(run_dir),
+                     "weights": os.path.abspath(weight_paths[0]),
+                     "config": json.loads(config.to_json())}
+    if ensemble:
+        report["run"]["ensemble"] = [
+            {"run_dir": os.path.abspath(member), "weights": os.path.abspath(path)}
+            for member, path in zip(ensemble, weight_paths[1:])]
+    write_report(output_dir, report)
+    return output_dir, report
+
+
+def write_report(directory, report):
+    """Writes `report` as `export_report.json` and a readable `export_report.md`."""
+    files.write_text(os.path.join(directory, REPORT_JSON),
+                     json.dumps(report, indent=2, sort_keys=True) + "\n")
+    files.write_text(os.path.join(directory, REPORT_MARKDOWN), report_markdown(report))
+
+
+def report_markdown(report):
+    """Returns the report as Markdown: artifacts, sizes, versions and ops."""
+    versions = report["versions"]
+    lines = ["# Export report", "", f"Created {report['created']} with "
+             + ", ".join(f"{name} {version}" for name, version in versions.items()) + ".",
+             "", "| artifact | size | notes |", "|---|---|---|"]
+    saved_model = report["saved_model"]
+    lines.append(f"| `{saved_model['path']}/` | {_megabytes(saved_model['bytes'])} | "
+                 f"signatures {', '.join(saved_model['signatures'])} |")
+    for key in ("tflite", "tflite_dynamic_range"):
+        if key in report:
+            entry = report[key]
+            lines.append(f"| `{entry['path']}` | {_megabytes(entry['bytes'])} | "
+                         f"{entry['quantization'] or 'float32'} |")
+    lines += ["", "## Serving requirements", "",
+              f"tf-text ops in the SavedModel: {', '.join(saved_model['tf_text_ops'])}. "
+              f"It was exported with tensorflow-text {versions['tensorflow_text']}; a model "
+              "server must link a tf-text with these ops (stock TF Serving 2.20 links "
+              "tf-text 2.20, which has them).", ""]
+    if "tflite" in report:
+        lines += [f"TFLite custom ops (tf-text kernels, register "
+                  f"`tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`): "
+                  f"{', '.join(report['tflite']['custom_ops'])}. No Flex ops.", ""]
+    lines += ["## Translator", "", "```json", json.dumps(report["translator"], indent=2),
+              "```", "", "## SavedModel ops", "", ", ".join(saved_model["ops"]), ""]
+    if "tflite" in report:
+        lines += ["## TFLite ops (count over all subgraphs)", "", ", ".join(
+            f"{op} ×{count}" for op, count in report["tflite"]["ops"].items()), ""]
+    if "run" in report:
+        lines += ["## Run", "", f"Weights: `{report['run']['weights']}`", ""]
+        members = report["run"].get("ensemble", [])
+        if members:
+            lines += ["An ensemble: it translates with the mean of the probabilities of "
+                      "the model above and of", ""]
+            lines += [f"- `{member['weights']}`" for member in members] + [""]
+        lines += ["```json",
+                  json.dumps(report["run"]["config"], indent=2, sort_keys=True), "```", ""]
+    return "\n".join(lines)
+
+
+def _versions():
+    return {"tensorflow": tf.__version__, "tensorflow_text": tensorflow_text.__version__,
+            "keras": keras.__version__,
+            "ai_edge_litert": getattr(ai_edge_litert, "__version__", "installed")}
+
+
+def _size(directory):
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(directory) for name in names)
+
+
+def _megabytes(size):
+    return f"{size / 1e6:.2f} MB"

@@ -1,0 +1,242 @@
+"""Run an exported translator in each runtime it is made for, from Python.
+
+Commands that run an exported translator take a SavedModel directory, a `.tflite` file,
+or a run directory, which stands for the SavedModel that `export RUN_DIR` writes into
+it (`resolve_artifact`).
+
+The same `string[B]` signature is called three ways: through `tf.saved_model.load`
+(TensorFlow 2), through the session-based loader that TF Serving and `saved_model_cli`
+use (`tf.compat.v1.saved_model.loader.load`), and through LiteRT for the `.tflite` file.
+Each runner takes a list of `str` or `bytes` (any bytes: the graph decides what to make
+of invalid UTF-8) and returns the signature's outputs as NumPy arrays. Only TensorFlow,
+tf-text and LiteRT are imported: the model code is not needed to translate.
+
+Public API:
+    - `SavedModelRunner(directory, signature)`, `SessionRunner(directory, signature)`,
+      `TFLiteRunner(path_or_content, signature)`: `runner(sentences) -> dict`.
+    - `open_runner(path, beam=False, session=False)`: the runner an artifact needs.
+    - `translations(outputs)`: the `translations` output as a list of `str`.
+    - `resolve_artifact(path, export_if_missing=False)`: the artifact a path names.
+    - `export_report(artifact)`: the report `export` wrote beside an artifact, if any.
+    - `ModuleRunner(translator, beam=False)`: a runner over a `Translator` in memory.
+"""
+
+import json
+import logging
+import os
+
+import numpy as np
+
+from keras_transformer import files
+from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
+
+logger = logging.getLogger(__name__)
+
+_EMPTY_OUTPUTS = {"translations": np.zeros([0], object),
+                  "token_ids": np.zeros([0, 0], np.int32), "scores": np.zeros([0], np.float32)}
+
+
+def encode_sentences(sentences):
+    """Returns an object array of bytes; `str` sentences are UTF-8 encoded."""
+    encoded = [s.encode("utf-8", "surrogateescape") if isinstance(s, str) else bytes(s)
+               for s in sentences]
+    return np.array(encoded, dtype=object).reshape([len(encoded)])
+
+
+class SavedModelRunner:
+    """Calls a SavedModel signature loaded with `tf.saved_model.load` (TensorFlow 2).
+
+    Args:
+        directory: str. The SavedModel directory.
+        signature: str. Signature name.
+    """
+
+    def __init__(self, directory, signature=GREEDY_SIGNATURE):
+        # Imported here, as in every runner: only the runtime an artifact needs loads.
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  registers the tokenizer ops of the graph
+
+        self._tf = tf
+        self._loaded = tf.saved_model.load(os.fspath(directory))
+        self._function = self._loaded.signatures[signature]
+
+    def __call__(self, sentences):
+        tensor = self._tf.constant(encode_sentences(sentences), self._tf.string)
+        return {name: value.numpy()
+                for name, value in self._function(**{INPUT_NAME: tensor}).items()}
+
+
+class SessionRunner:
+    """Calls a SavedModel signature through the session-based loader.
+
+    This is how TF Serving and `saved_model_cli run` load a model: variables are
+    restored by name from the checkpoint, not through the object graph, so this runner
+    catches exports whose variables only `tf.saved_model.load` can find.
+
+    Args:
+        directory: str. The SavedModel directory.
+        signature: str. Signature name.
+    """
+
+    def __init__(self, directory, signature=GREEDY_SIGNATURE):
+        import tensorflow as tf  # here: see SavedModelRunner
+        import tensorflow_text  # noqa: F401
+
+        graph = tf.Graph()
+        self._session = tf.compat.v1.Session(graph=graph)
+        with graph.as_default():
+            meta_graph = tf.compat.v1.saved_model.loader.load(
+                self._session, [tf.saved_model.SERVING], os.fspath(directory))
+        signature_def = meta_graph.signature_def[signature]
+        self._input = signature_def.inputs[INPUT_NAME].name
+        self._outputs = {name: info.name for name, info in signature_def.outputs.items()}
+
+    def __call__(self, sentences):
+        return self._session.run(self._outputs, {self._input: encode_sentences(sentences)})
+
+    def close(self):
+        self._session.close()
+
+
+class TFLiteRunner:
+    """Calls a `.tflite` translator with LiteRT and tf-text's TFLite kernels.
+
+    Args:
+        model: str path of a `.tflite` file, or its bytes.
+        signature: str. Signature name.
+    """
+
+    def __init__(self, model, signature=GREEDY_SIGNATURE):
+        # Here: see SavedModelRunner.
+        import tensorflow_text
+        from ai_edge_litert.interpreter import InterpreterWithCustomOps
+
+        in_memory = isinstance(model, (bytes, bytearray))
+        source = ({"model_content": bytes(model)} if in_memory
+                  else {"model_path": os.fspath(model)})
+        try:
+            self._interpreter = InterpreterWithCustomOps(
+                custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
+                **source)
+        except ValueError as error:  # LiteRT's message names no file
+            name = "the TFLite model" if in_memory else os.fspath(model)
+            raise ValueError(f"{name} is not a TFLite model LiteRT can load ({error}): "
+                             "export the run again (python -m export RUN_DIR).") from None
+        self._runner = self._interpreter.get_signature_runner(signature)
+
+    def __call__(self, sentences):
+        if len(sentences) == 0:
+            # The model runs on an empty batch, but LiteRT's Python binding refuses to
+            # read back its zero-sized numeric outputs ("Invalid tensor size").
+            return {name: value.copy() for name, value in _EMPTY_OUTPUTS.items()}
+        # The runner resizes the input to the batch and copies the outputs out.
+        return self._runner(**{INPUT_NAME: encode_sentences(sentences)})
+
+
+def open_runner(path, beam=False, session=False):
+    """Returns the runner for the artifact at `path` (SavedModel directory or `.tflite`).
+
+    Args:
+        path: str. A SavedModel directory or a `.tflite` file.
+        beam: bool. Use the beam-search signature.
+        session: bool. Load the SavedModel with the session-based loader.
+    """
+    signature = BEAM_SIGNATURE if beam else GREEDY_SIGNATURE
+    if os.fspath(path).endswith(".tflite"):
+        return TFLiteRunner(path, signature)
+    return (SessionRunner if session else SavedModelRunner)(path, signature)
+
+
+def translations(outputs):
+    """Returns the `translations` output as a list of `str` (invalid UTF-8 replaced)."""
+    return [text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+            for text in np.asarray(outputs["translations"]).reshape([-1])]
+
+
+def run_saved_model(run_dir):
+    """Returns where `export RUN_DIR` writes the run's SavedModel."""
+    return os.path.join(run_dir, files.EXPORT_DIR, files.SAVED_MODEL)
+
+
+def resolve_artifact(path, *, export_if_missing=False, verbose=True):
+    """Returns the artifact that `path` names: a run directory means its SavedModel.
+
+    Args:
+        path: str. A SavedModel directory, a `.tflite` file, or a run directory (one with
+            a `config.json`), whose `export/saved_model` is used.
+        export_if_missing: bool. Export a run directory that has no SavedModel yet (as
+            `export RUN_DIR` does, with its newest weights) instead of failing.
+        verbose: bool. Log a line when exporting.
+
+    Raises:
+        FileNotFoundError: when there is no artifact at `path`; for a run directory,
+            with the command that exports it.
+    """
+    path = os.fspath(path)
+    if os.path.isfile(path) and path.endswith(".tflite"):
+        return path
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    if not os.path.isfile(os.path.join(path, files.CONFIG)):
+        raise FileNotFoundError(
+            f"{path!r} is neither a SavedModel directory (with saved_model.pb), a .tflite "
+            "file nor a run directory (with config.json).")
+    saved_model = run_saved_model(path)
+    if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
+        return saved_model
+    if not export_if_missing:
+        raise FileNotFoundError(
+            f"Run directory {path!r} has no exported SavedModel at {saved_model!r}: "
+            f"export it first with `keras-transformer export {path}`.")
+    if verbose:
+        logger.info("%s has no export yet: exporting it (keras-transformer export %s).",
+                    path, path)
+    # Imported here: exporting needs TensorFlow and the model, translating neither.
+    from keras_transformer.serving import export
+
+    export.export_run(path)
+    return saved_model
+
+
+def export_report(artifact):
+    """Returns the report that `export` wrote beside `artifact`, or `None` without one.
+
+    Args:
+        artifact: str. A SavedModel directory or a `.tflite` file of an export directory.
+
+    Raises:
+        ValueError: the report is there but not a JSON object (it names the file).
+    """
+    path = os.path.join(os.path.dirname(os.path.normpath(os.fspath(artifact))),
+                        files.REPORT_JSON)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            report = json.load(file)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a valid export report ({error}). Export the run "
+                         "again, or delete the report.") from None
+    if not isinstance(report, dict):
+        raise ValueError(f"{path}: not a valid export report (not a JSON object).")
+    return report
+
+
+class ModuleRunner:
+    """A runner over a `serving.translator.Translator` in memory: what its export would do.
+
+    Args:
+        translator: a `Translator`.
+        beam: bool. Use its beam search instead of greedy decoding.
+    """
+
+    def __init__(self, translator, beam=False):
+        import tensorflow as tf  # here: a Translator is TensorFlow's; artifacts need not be
+
+        self._tf = tf
+        self.translator = translator
+        self._function = translator.translate_beam if beam else translator.translate
+
+    def __call__(self, sentences):
+        tensor = self._tf.constant(encode_sentences(sentences), self._tf.string)
+        return {name: value.numpy() for name, value in self._function(tensor).items()}

@@ -1,0 +1,204 @@
+"""Check that every exported artifact translates exactly like the trained model.
+
+On a set of real sentences: the in-memory model, the SavedModel (through both loaders)
+and the TFLite file must produce the same token ids; cached greedy decoding must equal
+the uncached reference; a batch must decode like each sentence alone; beam search must
+match too. The dynamic-range-quantized TFLite file is compared for information only:
+int8 weights are expected to change some translations.
+
+    keras-transformer export RUN_DIR --check    (or: python -m export.check RUN_DIR)
+
+prints a pass/fail table and exits with status 1 when a check fails.
+"""
+
+import json
+import os
+import typing
+
+import numpy as np
+import sacrebleu
+import tensorflow as tf
+
+from keras_transformer import decoding, files
+from keras_transformer.data import corpus
+from keras_transformer.data.text import read_lines
+from keras_transformer.data.tokenizer import END_ID, PAD_ID
+from keras_transformer.decoding.ensemble import Ensemble
+from keras_transformer.serving import runners
+from keras_transformer.serving.translator import Translator
+from keras_transformer.training import runs
+
+
+class SelfCheckFailed(RuntimeError):
+    """An exported artifact does not translate like the model; the message names checks."""
+
+    exit_status = 1  # the command line's status for a failure (not a usage error)
+
+
+class Check(typing.NamedTuple):
+    """One line of the table: `passed` is `None` for information-only lines."""
+
+    name: str
+    passed: typing.Optional[bool]
+    detail: str
+
+
+def token_sequences(token_ids):
+    """Returns one tuple per row: the ids up to the first END, without padding."""
+    sequences = []
+    for row in np.asarray(token_ids).tolist():
+        ids = [token for token in row if token != PAD_ID]
+        sequences.append(tuple(ids[:ids.index(END_ID) + 1] if END_ID in ids else ids))
+    return sequences
+
+
+def compare(name, expected, actual):
+    """Returns a `Check` passing when both lists of token sequences are identical."""
+    same = sum(a == b for a, b in zip(expected, actual))
+    first = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), None)
+    passed = same == len(expected) == len(actual)
+    detail = f"{same}/{len(expected)} sentences identical"
+    if first is not None:
+        detail += f"; first difference at sentence {first}"
+    return Check(name, passed, detail)
+
+
+def run_in_batches(runner, sentences, batch_size):
+    """Returns `token_ids` rows and translations of `sentences`, `batch_size` at a time."""
+    sequences, texts = [], []
+    for start in range(0, len(sentences), batch_size):
+        outputs = runner(sentences[start:start + batch_size])
+        sequences += token_sequences(outputs["token_ids"])
+        texts += runners.translations(outputs)
+    return sequences, texts
+
+
+def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16):
+    """Checks between the artifacts in `export_dir`; returns `(checks, greedy ids)`."""
+    saved_model = os.path.join(export_dir, files.SAVED_MODEL)
+    saved = runners.SavedModelRunner(saved_model)
+    reference, texts = run_in_batches(saved, sentences, batch_size)
+    checks = [Check("SavedModel: one translation per sentence",
+                    len(texts) == len(sentences), f"{len(texts)}/{len(sentences)}")]
+    session = runners.SessionRunner(saved_model)
+    checks.append(compare("SavedModel session loader = tf.saved_model.load", reference,
+                          run_in_batches(session, sentences, batch_size)[0]))
+    session.close()
+    checks.append(compare("SavedModel: batch = each sentence alone", reference[:alone],
+                          [token_sequences(saved([s])["token_ids"])[0]
+                           for s in sentences[:alone]]))
+    tflite_path = os.path.join(export_dir, files.TFLITE)
+    if os.path.exists(tflite_path):
+        tflite = runners.TFLiteRunner(tflite_path)
+        ids, tflite_texts = run_in_batches(tflite, sentences, batch_size)
+        checks.append(compare("TFLite = SavedModel", reference, ids))
+        checks.append(Check("TFLite translations = SavedModel translations",
+                            tflite_texts == texts,
+                            f"{sum(a == b for a, b in zip(texts, tflite_texts))}"
+                            f"/{len(texts)} identical strings"))
+        checks.append(compare("TFLite: batch = each sentence alone", ids[:alone],
+                              [token_sequences(tflite([s])["token_ids"])[0]
+                               for s in sentences[:alone]]))
+    quantized_path = os.path.join(export_dir, files.TFLITE_QUANTIZED)
+    if os.path.exists(quantized_path):
+        checks.append(quantized_agreement(quantized_path, sentences, reference, texts,
+                                          batch_size))
+    return checks, reference
+
+
+def quantized_agreement(path, sentences, reference, texts, batch_size):
+    """Returns an information-only `Check` of how far quantized translations drift."""
+    ids, quantized_texts = run_in_batches(runners.TFLiteRunner(path), sentences,
+                                          batch_size)
+    same = sum(a == b for a, b in zip(reference, ids))
+    bleu = sacrebleu.corpus_bleu(quantized_texts, [texts]).score if texts else 100.0
+    return Check("quantized TFLite vs float (information)", None,
+                 f"{same}/{len(ids)} sentences identical; BLEU against float "
+                 f"translations {bleu:.1f}")
+
+
+def model_checks(translator, sentences, reference, *, export_dir, alone=16):
+    """Checks of the in-memory translator against itself and against the SavedModel."""
+    model = translator.model
+    batch = tf.constant(runners.encode_sentences(sentences))
+    greedy = token_sequences(translator.translate(batch)["token_ids"])
+    checks = [compare("in-memory model = SavedModel", greedy, reference)]
+    options = dict(max_length=translator.max_output_length,
+                   extra_length=translator.extra_length)
+    source_ids = translator.source_ids(batch[:alone])
+    cached = decoding.decode_function(decoding.greedy_decode, model, **options)
+    uncached = decoding.decode_function(decoding.uncached_greedy_decode, model, **options)
+    checks.append(compare("cached greedy = uncached greedy",
+                          token_sequences(cached(source_ids).ids),
+                          token_sequences(uncached(source_ids).ids)))
+    beam = token_sequences(translator.translate_beam(batch[:alone])["token_ids"])
+    saved_beam = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL),
+                                           runners.BEAM_SIGNATURE)
+    checks.append(compare("beam search: in-memory = SavedModel", beam,
+                          token_sequences(saved_beam(sentences[:alone])["token_ids"])))
+    tflite_path = os.path.join(export_dir, files.TFLITE)
+    if os.path.exists(tflite_path):
+        tflite_beam = runners.TFLiteRunner(tflite_path, runners.BEAM_SIGNATURE)
+        checks.append(compare("beam search: TFLite = in-memory", beam,
+                              token_sequences(tflite_beam(sentences[:alone])["token_ids"])))
+    return checks
+
+
+def raise_on_failure(checks):
+    """Raises `SelfCheckFailed` naming the checks that failed, if any did."""
+    failed = [check.name for check in checks if check.passed is False]
+    if failed:
+        raise SelfCheckFailed(f"the export's self-check failed: {', '.join(failed)} "
+                              "(the table above, or check_report.json beside the export).")
+
+
+def format_table(checks):
+    """Returns the checks as an aligned text table with a PASS/FAIL/INFO column."""
+    width = max(len(check.name) for check in checks)
+    rows = [f"{'check'.ljust(width)}  result  detail", "-" * (width + 30)]
+    for check in checks:
+        result = {True: "PASS", False: "FAIL", None: "INFO"}[check.passed]
+        rows.append(f"{check.name.ljust(width)}  {result:6}  {check.detail}")
+    return "\n".join(rows)
+
+
+def translator_options(export_dir):
+    """Returns the `Translator` options recorded in the export report."""
+    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
+        recorded = json.load(file)["translator"]
+    return {name: recorded[name] for name in
+            ("max_output_length", "extra_length", "beam_size", "length_penalty")}
+
+
+def write_check_report(export_dir, checks):
+    """Writes `check_report.json` beside the artifacts."""
+    files.write_text(os.path.join(export_dir, files.CHECK_REPORT),
+                     json.dumps([check._asdict() for check in checks], indent=2) + "\n")
+
+
+def check_sentences(config, sentences_file=None, count=100):
+    """Returns the sentences to check: a file's lines, or the run's validation sources."""
+    if sentences_file:
+        lines = read_lines(sentences_file)
+    else:
+        lines = corpus.load_split(config.data, "validation", verbose=False).source_lines
+    return list(lines[:count])
+
+
+def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
+    """Runs every check on the export of `run_dir`; returns the list of `Check`s."""
+    export_dir = export_dir or os.path.join(run_dir, files.EXPORT_DIR)
+    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
+        recorded = json.load(file).get("run", {})
+    config, tokenizer, model = runs.load_run(run_dir, recorded.get("weights"))
+    if recorded.get("ensemble"):
+        # The members as exported, each with the weights file the report names.
+        members = [runs.load_run(member["run_dir"], member["weights"])[2]
+                   for member in recorded["ensemble"]]
+        model = Ensemble([model, *members])
+    sentences = check_sentences(config, sentences_file, count)
+    checks, reference = artifact_checks(export_dir, sentences)
+    translator = Translator(model, tokenizer, **translator_options(export_dir))
+    checks += model_checks(translator, sentences, reference, export_dir=export_dir)
+    write_check_report(export_dir, checks)
+    return checks

@@ -1,0 +1,198 @@
+"""The translator that is exported: sentences in, translations out, in one graph.
+
+`Translator` is a `tf.Module` holding the trained `Transformer` and the `Tokenizer`. Its
+functions tokenize, decode (greedy or beam search, `keras_transformer.decoding`) and
+detokenize inside one TensorFlow graph, so a SavedModel or a `.tflite` file made from it
+needs nothing but TensorFlow (or LiteRT) and tf-text's ops to translate.
+
+Public API:
+    - `Translator(model, tokenizer, ...)`: `translate(sentences)` (greedy),
+      `translate_beam(sentences)`, `source_ids(sentences)`, `signatures()`.
+    - `save_saved_model(translator, directory)`: a SavedModel with `serving_default`
+      (greedy) and `beam_search` signatures.
+    - `convert_to_tflite(translator, quantize=False)`: the same two signatures as TFLite
+      bytes: TFLite builtins plus tf-text's custom ops, no Flex ops.
+
+Every signature maps `sentences: string[B]` to `translations: string[B]`, `token_ids:
+int32[B, L]` (decoder output, END and padding included) and `scores: float32[B]` (sum of
+the output tokens' log-probabilities). Any string is accepted: sources longer than the
+model's `max_length` are truncated (keeping room for START and END), and outputs stop
+at `min(source length + extra_length, max_length - 1, max_output_length)` tokens, so every
+call ends. A sentence without a token translates to an empty string, and no other does.
+"""
+
+import functools
+import types
+
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID, add_start_end
+from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
+
+_SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
+
+
+class Translator(tf.Module):
+    """Translates a batch of sentences with a `Transformer` and its `Tokenizer`.
+
+    Sources are tokenized, truncated to the model's `max_length` and wrapped in START
+    and END as in training (`tokenizer.add_start_end`). Decoding is cached and its loops have
+    static shapes apart from the batch, so the same functions run eagerly, in a SavedModel
+    and in TFLite.
+
+    Args:
+        model: `keras_transformer.Transformer` (or a `decoding.ensemble.Ensemble`).
+        tokenizer: `keras_transformer.data.tokenizer.Tokenizer`, the one the model was
+            trained with.
+        max_output_length: int or `None`. Most output tokens (END included); `None` for
+            the model's limit. Smaller values make every decoding step cheaper.
+        extra_length: int. Output tokens allowed beyond the source length (§6.1: 50).
+        beam_size: int. Hypotheses of beam search (§6.1: 4).
+        length_penalty: float. α of beam search's length penalty (§6.1: 0.6).
+        jit_compile: bool. Decode with XLA (`decoding.decode_function`), for translating
+            in this process, e.g. validation BLEU during training. Such a translator
+            cannot be exported: TF Serving runs XLA on CPU only behind an experimental
+            flag, and TFLite not at all.
+        name: str. Module name.
+
+    Example:
+    >>> translator = Translator(model, tokenizer)
+    >>> translator.translate(tf.constant(["A man rides a bike."]))["translations"]
+    """
+
+    def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
+                 beam_size=4, length_penalty=0.6, jit_compile=False, name="translator"):
+        super().__init__(name=name)
+        # The SavedModel keeps the model's underlying tf.Variables, not the Keras model:
+        # Keras 3 variables reached only through a Keras model are restored by
+        # `tf.saved_model.load` but not by the session-based loader of TF Serving and
+        # `saved_model_cli`, and tracking both would save every weight twice. A plain
+        # namespace is not tracked.
+        self._untracked = types.SimpleNamespace(model=model)
+        self.model_variables = [variable.value for variable in model.variables]
+        self.tokenizer = tokenizer
+        self.max_output_length = max_output_length
+        self.extra_length = extra_length
+        self.beam_size = beam_size
+        self.length_penalty = length_penalty
+        self.jit_compile = jit_compile
+        # Untracked as well: XLA-compiled decoders serve this process and are not exported.
+        self._untracked.compiled = {
+            beam: decoding.decode_function(self._decoder(beam), model, jit_compile=True)
+            for beam in (False, True)} if jit_compile else None
+
+    @property
+    def model(self):
+        """The `Transformer` (not saved as an object; its variables are)."""
+        return self._untracked.model
+
+    def source_ids(self, sentences):
+        """Returns int32 `(B, S)` source ids: START, pieces, END, then padding.
+
+        Sentences with more pieces than fit `model.max_length` are cut (START and END
+        always fit); `S` is the longest row of this batch.
+        """
+        # `to_tensor` with a static width truncates longer rows; the only ragged op,
+        # which TFLite runs as tf-text's RaggedTensorToTensor kernel.
+        pieces = self.tokenizer.tokenize(sentences).to_tensor(
+            default_value=PAD_ID, shape=[None, self.model.max_length - 2])  # (B, S - 2)
+        ids = add_start_end(pieces)  # (B, max_length)
+        # Short batches need not pay for the full width in every attention.
+        lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # (B,)
+        width = tf.reduce_max(tf.concat([lengths, [2]], axis=0))
+        return ids[:, :width]  # (B, S)
+
+    @tf.function(input_signature=[_SENTENCES_SPEC])
+    def translate(self, sentences):
+        """Greedy translation; see the module docstring for inputs and outputs."""
+        return self._translate(sentences, beam=False)
+
+    @tf.function(input_signature=[_SENTENCES_SPEC])
+    def translate_beam(self, sentences):
+        """Beam-search translation; same inputs and outputs as `translate`."""
+        return self._translate(sentences, beam=True)
+
+    def _translate(self, sentences, beam):
+        source_ids = self.source_ids(sentences)
+        if self.jit_compile:
+            decoded = self._untracked.compiled[beam](source_ids)
+        else:
+            decoded = self._decoder(beam)(self.model, source_ids)
+        return {"translations": self.detokenize(decoded.ids),
+                "token_ids": decoded.ids, "scores": decoded.scores}
+
+    def _decoder(self, beam):
+        """Returns `decode(model, source_ids) -> Decoded` with this translator's options."""
+        options = dict(max_length=self.max_output_length, extra_length=self.extra_length,
+                       start_id=START_ID, end_id=END_ID, pad_id=PAD_ID)
+        if beam:
+            return functools.partial(decoding.beam_search, beam_size=self.beam_size,
+                                     length_penalty=self.length_penalty, **options)
+        return functools.partial(decoding.greedy_decode, **options)
+
+    def detokenize(self, ids):
+        """Returns string `(B,)` for decoder output ids `(B, L)` (read up to END)."""
+        text = self.tokenizer.detokenize(ids)
+        # tf-text's TFLite detokenize kernel gives its output the static shape of the
+        # graph (1 when the batch is unknown) whatever the batch; a gather over the
+        # batch reads every string back with the right shape (identity in TensorFlow).
+        return tf.gather(text, tf.range(tf.shape(ids)[0]))
+
+    def signatures(self):
+        """Returns the `{name: concrete function}` signatures to export."""
+        _check_exportable(self)
+        return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
+                BEAM_SIGNATURE: self.translate_beam.get_concrete_function()}
+
+
+def save_saved_model(translator, directory):
+    """Writes `translator` as a SavedModel with the greedy and beam-search signatures.
+
+    Args:
+        translator: `Translator`.
+        directory: str. Where to write (replaced if present).
+    """
+    tf.saved_model.save(translator, directory, signatures=translator.signatures())
+
+
+def convert_to_tflite(translator, quantize=False):
+    """Returns the translator as a TFLite flatbuffer (bytes) with both signatures.
+
+    `serving_default` (greedy) and `beam_search`, as in the SavedModel. Only TFLite
+    builtin ops and tf-text's custom ops (register them with
+    `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`): the Flex delegate is not in the
+    TensorFlow or LiteRT wheels, so the model must not need it.
+
+    Args:
+        translator: `Translator`. Converting the same one again reuses its traces.
+        quantize: bool. Dynamic-range quantization: int8 weights, float activations;
+            about 4x smaller weights, and outputs that may differ from the float model's.
+    """
+    _check_exportable(translator)
+    functions = [_named_function(GREEDY_SIGNATURE, translator.translate),
+                 _named_function(BEAM_SIGNATURE, translator.translate_beam)]
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, translator)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True
+    if quantize:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    return converter.convert()
+
+
+def _check_exportable(translator):
+    if translator.jit_compile:
+        raise ValueError("A Translator made with jit_compile=True cannot be exported (its "
+                         "decoders are XLA programs): export one with jit_compile=False.")
+
+
+def _named_function(name, method):
+    """Returns `method` as a concrete function called `name`.
+
+    The converter names each TFLite signature after its function.
+    """
+    def call(sentences):
+        return method(sentences)
+
+    call.__name__ = name
+    return tf.function(call, input_signature=[_SENTENCES_SPEC]).get_concrete_function()

@@ -1,0 +1,151 @@
+"""Where training runs: the `tf.distribute` strategy and the numeric precision.
+
+Nothing here knows about the model. `choose_strategy` must run before anything else
+touches TensorFlow devices, and `set_precision` before the model is built.
+"""
+
+import json
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.config import PRECISION_POLICIES
+
+
+def choose_strategy(devices=None):
+    """Returns the distribution strategy for this process.
+
+    - `TF_CONFIG` set (a cluster of workers): `MultiWorkerMirroredStrategy`.
+    - `devices` given: `MirroredStrategy` over exactly those, e.g. `("/gpu:0", "/gpu:1")`.
+    - Two or more visible GPUs: `MirroredStrategy` over all of them.
+    - Otherwise (one GPU or only the CPU): the default strategy. With one device there is
+      nothing to keep in sync, and mirroring would only add copies.
+
+    Args:
+        devices: optional sequence of device names.
+
+    Returns:
+        A `tf.distribute.Strategy`; enter its `scope()` to build and compile the model.
+    """
+    if os.environ.get("TF_CONFIG"):
+        return _MultiWorkerMirroredStrategy()
+    if devices:
+        return tf.distribute.MirroredStrategy(list(devices))
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
+    return tf.distribute.get_strategy()
+
+
+class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """`MultiWorkerMirroredStrategy` accepting the two reduces that Keras 3's `fit` makes.
+
+    Keras 3.15's TensorFlow trainer asks for two reductions across workers that
+    `MultiWorkerMirroredStrategy.reduce` refuses, so `fit` on two or more workers fails:
+
+    - Before the first step, `reduce("MEAN", batch, axis=None)` on the whole first
+      batch, a nested structure, only to read its shapes. The collective all-reduce
+      takes one tensor ("Attempt to convert a value ({'source_ids': PerReplica...").
+      Here a nested structure gives back this worker's own batch.
+    - After every step, `reduce("MEAN", value, axis=0)` on each logged scalar, meaning
+      the mean over replicas (what Keras computes on one worker), but a scalar has no
+      axis 0 ("Invalid reduction dimension 0"). Here scalars are averaged over replicas.
+
+    Every other reduction is the strategy's own.
+    """
+
+    def reduce(self, reduce_op, value, axis):
+        if isinstance(value, (dict, list, tuple)):
+            return tf.nest.map_structure(
+                lambda leaf: self.experimental_local_results(leaf)[0], value)
+        if axis is not None and self.experimental_local_results(value)[0].shape.rank == 0:
+            axis = None
+        return super().reduce(reduce_op, value, axis)
+
+
+def is_chief():
+    """Whether this process writes the run directory (always, unless in a worker cluster).
+
+    In a `TF_CONFIG` cluster the chief is the task of type `"chief"`, or worker 0 when the
+    cluster has no chief; the other workers train but leave the files to it.
+    """
+    tf_config = _tf_config()
+    task = tf_config.get("task") or {}
+    if not task:
+        return True
+    if tf_config.get("cluster", {}).get("chief"):
+        return task.get("type") == "chief"
+    return task.get("type") == "worker" and worker_index() == 0
+
+
+def worker_count():
+    """Number of training processes in the `TF_CONFIG` cluster (chief included); 1 outside."""
+    cluster = _tf_config().get("cluster") or {}
+    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
+def worker_index():
+    """Index of this task in its `TF_CONFIG` cluster; 0 outside a cluster."""
+    return int((_tf_config().get("task") or {}).get("index", 0))
+
+
+def _tf_config():
+    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+
+
+def set_precision(mixed_precision):
+    """Sets Keras's global dtype policy; the model must be built after this call.
+
+    Args:
+        mixed_precision: `None` or `"float32"` (full precision), `"bfloat16"` or
+            `"float16"` (compute in that type, keep float32 weights; Keras adds loss
+            scaling for float16 by itself).
+
+    Returns:
+        The name of the policy set, e.g. `"mixed_bfloat16"`.
+    """
+    if mixed_precision not in PRECISION_POLICIES:
+        raise ValueError(f"mixed_precision={mixed_precision!r} is not one of "
+                         "None, 'float32', 'bfloat16', 'float16'.")
+    policy = PRECISION_POLICIES[mixed_precision]
+    if policy != "float32" and not tf.config.list_logical_devices("GPU"):
+        if policy == "mixed_bfloat16" and cpu_has_bfloat16():
+            # oneDNN runs bfloat16 matmuls natively on these: training is faster (1.45x
+            # on a 2-core AVX-512 bf16 CPU, BENCHMARKS.md).
+            logging.info("mixed_precision=%s on a CPU with bfloat16 instructions.",
+                         mixed_precision)
+        else:
+            # Runs, but without those instructions each half-precision matmul is
+            # converted to float32 and back or emulated: slower, not faster.
+            logging.warning("mixed_precision=%s on this CPU will be slower than float32: "
+                            "half precision is fast on a CPU only as bfloat16, with "
+                            "AVX-512 BF16 or AMX instructions.", mixed_precision)
+    keras.mixed_precision.set_global_policy(policy)
+    return policy
+
+
+def cpu_flags():
+    """Returns the instruction-set flags of the first CPU in /proc/cpuinfo (empty elsewhere)."""
+    return set(cpu_info().get("flags", "").split())
+
+
+def cpu_has_bfloat16():
+    """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX)."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_info():
+    """Returns the fields of the first processor in /proc/cpuinfo; `{}` where there is none."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as file:
+            for line in file:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass  # not Linux: nothing known
+    return fields

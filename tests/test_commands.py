@@ -1,0 +1,207 @@
+"""The installed command: quiet help for every verb, the main job end to end, your own
+data, translators loaded from Python, and a failed download explained."""
+
+import gzip
+import os
+import subprocess
+import sys
+
+import pytest
+
+import keras_transformer as kt
+from keras_transformer import cli, files
+from keras_transformer.data import multi30k
+from keras_transformer.data.text import read_lines
+from tests.conftest import REPOSITORY
+
+VERBS = sorted(cli.make_parser()[1])
+
+
+def run_command(*arguments, timeout=120, **options):
+    """Runs `python -m keras_transformer ARGUMENTS` in a fresh process, as a user would."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key != "TF_CPP_MIN_LOG_LEVEL"}  # what a user's shell has
+    return subprocess.run([sys.executable, "-m", "keras_transformer", *arguments],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPOSITORY,
+                          env=environment, **options)
+
+
+def test_every_job_has_a_verb():
+    assert set(VERBS) == {"train", "average", "export", "check", "translate", "evaluate",
+                          "distill", "fuzz", "recipe"}
+
+
+@pytest.mark.parametrize("verb", [None, *VERBS])
+def test_help_prints_only_help(verb):
+    result = run_command(*([verb] if verb else []), "--help")
+    assert result.returncode == 0
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"usage: keras-transformer{' ' + verb if verb else ''}")
+    assert not any(noise in result.stdout for noise in ("I0000", "WARNING", "oneDNN"))
+
+
+def test_a_bad_verb_or_option_is_a_usage_error():
+    assert cli.main(["no-such-verb"]) == 2
+    assert cli.main(["translate"]) == 2  # its ARTIFACT is missing
+
+
+def test_a_failed_download_is_one_error_line_and_leaves_no_file(tmp_path):
+    cache = tmp_path / "keras"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    kt.preset_config("tiny").save(str(run_dir / files.CONFIG))
+    # Port 9 (discard) of this machine: the connection is refused at once.
+    environment = {**os.environ, "KERAS_HOME": str(cache),
+                   multi30k.URL_ENVIRONMENT_VARIABLE: "http://127.0.0.1:9/multi30k"}
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer", "evaluate", str(run_dir)],
+        capture_output=True, text=True, timeout=120, cwd=REPOSITORY, env=environment)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    assert "http://127.0.0.1:9/multi30k/test_2016_flickr.en.gz" in errors[0]
+    assert "--data-dir DIR" in errors[0] and multi30k.URL_ENVIRONMENT_VARIABLE in errors[0]
+    assert "Traceback" not in result.stderr
+    downloads = cache / multi30k.CACHE_SUBDIR
+    assert not downloads.exists() or not any(downloads.iterdir())
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory, fixture_corpus_dir):
+    """The main-job verb on the fixture corpus with the tiny preset, run once."""
+    run_dir = tmp_path_factory.mktemp("main_job") / "run"
+    result = run_command("recipe", "--preset", "tiny", "--data-dir", str(fixture_corpus_dir),
+                         "--run-dir", str(run_dir), "--epochs", "2", "--steps-per-epoch",
+                         "15", "--length-penalties", "0.6,1.0", "num_layers=1",
+                         timeout=900)
+    return run_dir, result
+
+
+@pytest.mark.timeout(960)  # trains, chooses, exports with its self-check, scores: ~4 min
+def test_the_main_job_trains_chooses_exports_checks_and_scores_every_test_split(main_job):
+    run_dir, result = main_job
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name in (files.CONFIG, files.FINAL_WEIGHTS, files.AVERAGED_WEIGHTS,
+                 os.path.join(files.EXPORT_DIR, files.SAVED_MODEL, "saved_model.pb"),
+                 os.path.join(files.EXPORT_DIR, files.TFLITE),
+                 os.path.join(files.EXPORT_DIR, files.CHECK_REPORT)):
+        assert (run_dir / name).exists(), name
+    table = result.stdout.splitlines()
+    for split in multi30k.TEST_SPLITS:
+        rows = [line.split() for line in table if line.startswith(split)]
+        assert [row[1] for row in rows] == ["beam", "greedy"]
+        assert all(float(row[3]) >= 0 for row in rows)  # a BLEU per split and decoder
+    assert "Sample translations (validation):" in result.stdout
+    assert "Chosen on validation (29 sentences)" in result.stdout
+    noise = [line for line in result.stderr.splitlines() if "I0000" in line
+             or "absl::InitializeLog" in line or "cuInit" in line]
+    assert noise == []
+
+
+def test_translators_of_a_run_its_saved_model_and_its_tflite_file_agree(
+        main_job, fixture_corpus_dir):
+    run_dir, result = main_job
+    assert result.returncode == 0
+    sources = read_lines(fixture_corpus_dir / "val.en.gz")[:8]
+    export_dir = run_dir / files.EXPORT_DIR
+    translations = [kt.load_translator(str(path))(sources)
+                    for path in (run_dir, export_dir / files.SAVED_MODEL,
+                                 export_dir / files.TFLITE)]
+    assert translations[0] == translations[1] == translations[2]
+    assert len(translations[0]) == len(sources)
+    beam = [kt.load_translator(str(path), beam_size=4)(sources)
+            for path in (run_dir, export_dir / files.SAVED_MODEL)]
+    assert beam[0] == beam[1]
+
+
+def test_the_translate_and_evaluate_verbs_on_the_main_jobs_run(main_job, tmp_path):
+    run_dir, result = main_job
+    assert result.returncode == 0
+    source = tmp_path / "sentences.en"
+    source.write_text("A dog runs.\nTwo men play football.\n", encoding="utf-8")
+    translated = run_command("translate", str(run_dir), "--input", str(source))
+    assert translated.returncode == 0, translated.stderr
+    assert len(translated.stdout.splitlines()) == 2
+    assert "I0000" not in translated.stderr and "absl" not in translated.stderr
+    evaluated = run_command("evaluate", str(run_dir), "--beam", timeout=600)
+    assert evaluated.returncode == 0, evaluated.stderr
+    rows = [line.split()[0] for line in evaluated.stdout.splitlines()
+            if line.startswith("test_")]
+    assert rows == list(multi30k.TEST_SPLITS)
+    # Another beam size on the run directory: its model in memory decodes it.
+    other = run_command("translate", str(run_dir), "--input", str(source), "--beam-size",
+                        "2")
+    assert other.returncode == 0, other.stderr
+    assert "beam 2" in other.stderr
+    # On the artifact, only the exported beam search: it says which one that is.
+    refused = run_command("translate", str(run_dir / files.EXPORT_DIR / files.SAVED_MODEL),
+                          "--input", str(source), "--beam-size", "2")
+    assert refused.returncode == 2
+    assert "was exported with beam size" in refused.stderr
+
+
+def test_training_on_your_own_files_under_other_names(tmp_path, fixture_corpus_dir):
+    own = tmp_path / "mine"
+    own.mkdir()
+    names = {"train.en.gz": "corpus.src.gz", "train.de.gz": "corpus.tgt.gz",
+             "val.en.gz": "dev.src", "val.de.gz": "dev.tgt"}
+    for name, new in names.items():
+        data = (fixture_corpus_dir / name).read_bytes()
+        (own / new).write_bytes(data if new.endswith(".gz") else gzip.decompress(data))
+    run_dir = tmp_path / "run"
+    # The command of README's "Train on your own parallel text".
+    status = cli.main(["train", "--train-files", str(own / "corpus.src.gz"),
+                       str(own / "corpus.tgt.gz"), "--validation-files", str(own / "dev.src"),
+                       str(own / "dev.tgt"), "--source-language", "xx",
+                       "--target-language", "yy", "--run-dir", str(run_dir), "--preset",
+                       "tiny", "--epochs", "1", "--steps-per-epoch", "3", "num_layers=1"])
+    assert status == 0
+    config = kt.Config.load(str(run_dir / files.CONFIG))
+    assert config.data.corpus == "files"
+    assert (config.data.source_language, config.data.target_language) == ("xx", "yy")
+    assert config.data.train_files == (str(own / "corpus.src.gz"), str(own / "corpus.tgt.gz"))
+    assert (run_dir / files.FINAL_WEIGHTS).exists()
+
+
+def test_own_files_that_do_not_align_are_named(tmp_path, fixture_corpus_dir, capsys):
+    source, target = tmp_path / "a.src", tmp_path / "a.tgt"
+    source.write_text("one\ntwo\n", encoding="utf-8")
+    target.write_text("eins\n", encoding="utf-8")
+    status = cli.main(["train", "--train-files", str(source), str(target),
+                       "--validation-files", str(source), str(source), "--run-dir",
+                       str(tmp_path / "run"), "--preset", "tiny"])
+    assert status == 2
+    error = capsys.readouterr().err
+    assert f"{source} has 2 lines but {target} has 1" in error
+    assert not (tmp_path / "run").exists()
+
+
+def test_own_data_needs_validation_files_too(tmp_path, capsys):
+    assert cli.main(["train", "--train-files", "a", "b"]) == 2
+    assert "needs both --train-files and --validation-files" in capsys.readouterr().err
+
+
+def test_a_latin1_file_to_translate_is_warned_about_by_line(tmp_path, capsys, monkeypatch):
+    from keras_transformer.serving import runners
+    source = tmp_path / "latin1.txt"
+    source.write_bytes("Un caf\u00e9.\nDeux.\nTrois \u00e0 la gare.\n".encode("latin-1"))
+    monkeypatch.setattr(runners, "resolve_artifact", lambda path, **options: path)
+    monkeypatch.setattr(runners, "open_runner", lambda artifact, **options: lambda batch: {
+        "translations": [bytes(sentence) for sentence in batch]})
+    artifact = tmp_path / "model.tflite"
+    assert cli.main(["translate", str(artifact), "--input", str(source), "--no-progress"]) == 0
+    error = capsys.readouterr().err
+    assert f"warning: {source}: line 1 is not UTF-8" in error
+    assert "iconv -f latin1 -t utf-8" in error
+    assert error.count("warning:") == 1
+
+
+def test_a_latin1_reference_to_evaluate_is_an_error_naming_its_line(tmp_path, capsys):
+    source, reference = tmp_path / "test.en", tmp_path / "test.fr"
+    source.write_text("A cafe.\nTwo.\n", encoding="utf-8")
+    reference.write_bytes("Un caf\u00e9.\nDeux.\n".encode("latin-1"))
+    assert cli.main(["evaluate", "no-artifact", "--source", str(source),
+                     "--reference", str(reference)]) == 2
+    error = capsys.readouterr().err
+    assert f"{reference}: line 1:" in error and "iconv" in error
