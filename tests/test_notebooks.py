@@ -144,6 +144,7 @@ def test_quickstart_trains_exports_translates_and_scores(tmp_path, fixture_corpu
     assert (run_dir / "export" / "saved_model" / "saved_model.pb").exists()
     assert (run_dir / "export" / "translator.tflite").exists()
     assert printed.count("  TFLite: ") == 3  # three sentences, each through every path
-    assert "8 test sentences" in printed
-    assert "BLEU|nrefs:1|case:mixed" in printed and "chrF2|" in printed
+    for split in ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"):
+        assert f"{split}: 8 sentences, BLEU " in printed  # every test split, scored
+    assert "nrefs:1|case:mixed|eff:no|tok:13a" in printed
     assert list((run_dir / "logs" / "validation").glob("events.out.tfevents.*"))

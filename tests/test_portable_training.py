@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from benchmarks import portable_training, quality
-from keras_transformer import recipe
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, recipe
 from keras_transformer.data import batching, corpus
 from keras_transformer.data import pairs as pairs_lib
 from keras_transformer.data import tokenizer as tokenizer_lib
