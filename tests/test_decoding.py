@@ -1,5 +1,7 @@
 """Decoding contracts: cached = uncached, stub sequences, batching, graph and TFLite runs."""
 
+import hypothesis
+import hypothesis.strategies
 import keras
 import numpy as np
 import pytest
@@ -285,18 +287,25 @@ def test_beam_scores_are_the_models_log_probabilities(model, beam):
                                atol=1e-3)
 
 
-def test_beam_attention_matches_its_output(model):
+def test_beam_attention_is_the_models_attention_reading_the_chosen_output(model):
     source_ids = padded(SOURCES)
-    found = decoding.beam_search(model, source_ids, beam_size=2, max_length=2,
+    found = decoding.beam_search(model, source_ids, beam_size=3, max_length=6,
                                  return_attention=True)
-    assert found.attention.shape == (3, model.num_layers, model.num_heads,
-                                     found.ids.shape[1], source_ids.shape[1])
-
-
-def test_special_ids_match_the_tokenizer():
-    tokenizer = pytest.importorskip("keras_transformer.tokenizer")
-    assert (decoding.PAD_ID, decoding.START_ID, decoding.END_ID) == (
-        tokenizer.PAD_ID, tokenizer.START_ID, tokenizer.END_ID)
+    ids = found.ids.numpy()
+    assert found.attention.shape == (3, model.num_layers, model.num_heads, ids.shape[1],
+                                     source_ids.shape[1])
+    # The reference: the model's own weights while it reads START + the chosen ids,
+    # computed sentence by sentence, without padding.
+    for row, (source, output) in enumerate(zip(SOURCES, ids)):
+        length = int(found.lengths[row])
+        decoder_input = np.array([[START, *output[:length - 1]]], np.int32)
+        one_source = np.array([source], np.int32)
+        expected = model.cross_attention_weights(decoder_input, model.encode(one_source),
+                                                 one_source).numpy()[0]  # (N, H, L, S)
+        np.testing.assert_allclose(
+            found.attention.numpy()[row, :, :, :length, :len(source)], expected,
+            atol=1e-5)
+        assert np.all(found.attention.numpy()[row, :, :, :length, len(source):] < 1e-6)
 
 
 @pytest.mark.parametrize("decode", [
@@ -363,3 +372,84 @@ def test_gathering_cache_rows_reorders_the_hypotheses(model):
     fresh = model.init_cache(model.encode(fresh_sources), fresh_sources, 6)
     expected, _ = run(fresh_sources, fresh, targets[rows], range(5))
     np.testing.assert_allclose(reordered, expected[3:], atol=1e-5)
+
+
+class MarkovModel:
+    """A stub whose next-token logits depend on the position and the previous token.
+
+    `table[i, token]` holds the logits after `token` at position `i` (the start token at
+    position 0): greedy choices can miss the best sequence, which beam search must find.
+    """
+
+    def __init__(self, table):
+        self.table = tf.constant(table, tf.float32)  # (L, V, V)
+        self.max_length = table.shape[0] + 1
+
+    def encode(self, source_ids, training=None):
+        return tf.zeros(tf.concat([tf.shape(source_ids), [1]], 0))
+
+    def init_cache(self, encoder_output, source_ids, max_length):
+        return {"rows": tf.zeros(tf.shape(source_ids)[:1])}  # nothing to carry
+
+    def decode_step(self, token_ids, cache, index):
+        return tf.gather(self.table[index], token_ids), cache
+
+
+def brute_force_best(table, alpha):
+    """Every output the decoders may give (PAD never, END not first, END or the length
+    limit ends it), scored by log P / ((5 + |Y|) / 6)^α; returns the best as a tuple."""
+    limit, vocabulary = table.shape[0], table.shape[1]
+    log_probs = table - np.log(np.exp(table).sum(-1, keepdims=True))  # softmax over all V
+    best, best_score = None, -np.inf
+    stack = [((), START, 0.0)]
+    while stack:
+        prefix, previous, score = stack.pop()
+        position = len(prefix)
+        for token in range(vocabulary):
+            if token == PAD or (position == 0 and token == END):
+                continue
+            total = score + log_probs[position, previous, token]
+            sequence = prefix + (token,)
+            if token == END or len(sequence) == limit:
+                normalized = total / ((5 + len(sequence)) / 6) ** alpha
+                if normalized > best_score + 1e-6:
+                    best, best_score = sequence, normalized
+            else:
+                stack.append((sequence, token, total))
+    return best, best_score
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(seed=hypothesis.strategies.integers(0, 2**31 - 1),
+                  limit=hypothesis.strategies.integers(1, 3),
+                  alpha=hypothesis.strategies.floats(0.0, 2.0),
+                  sharpness=hypothesis.strategies.floats(0.5, 4.0))
+def test_a_beam_as_wide_as_every_hypothesis_finds_the_best_one(seed, limit, alpha,
+                                                               sharpness):
+    vocabulary = 6  # PAD, UNK, START, END and two words
+    table = sharpness * np.random.default_rng(seed).normal(
+        size=(limit, vocabulary, vocabulary))
+    expected, expected_score = brute_force_best(table, alpha)
+    source_ids = np.array([[START, 5, END]], np.int32)
+    found = decoding.beam_search(MarkovModel(table), source_ids, beam_size=5 ** limit,
+                                 length_penalty=alpha, max_length=limit, extra_length=None)
+    ids = [int(token) for token in found.ids.numpy()[0] if token != PAD]
+    # Ties aside, the same sequence; in any case, its score.
+    assert float(found.normalized_scores[0]) == pytest.approx(expected_score, abs=1e-4)
+    if ids != list(expected):
+        assert abs(float(found.normalized_scores[0]) - expected_score) < 1e-4
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(seed=hypothesis.strategies.integers(0, 2**31 - 1),
+                  limit=hypothesis.strategies.integers(1, 4))
+def test_a_beam_of_one_without_length_penalty_is_greedy_on_any_stub(seed, limit):
+    table = 3 * np.random.default_rng(seed).normal(size=(limit, 6, 6))
+    model, source_ids = MarkovModel(table), np.array([[START, 4, END]], np.int32)
+    options = dict(max_length=limit, extra_length=None)
+    beam = decoding.beam_search(model, source_ids, beam_size=1, length_penalty=0.0,
+                                **options)
+    greedy = decoding.greedy_decode(model, source_ids, **options)
+    np.testing.assert_array_equal(beam.ids.numpy(), greedy.ids.numpy())
+    np.testing.assert_allclose(beam.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
+

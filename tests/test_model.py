@@ -20,10 +20,26 @@ def logits(model, source, target):
     return ops.convert_to_numpy(model({"source_ids": source, "target_ids": target}))
 
 
+def paper_parameter_count(vocabulary, width, inner, layers):
+    """The weights of the paper's model, counted from its description (§3, Table 3)."""
+    attention = 4 * (width * width + width)  # query, key, value, output: kernel + bias
+    feed_forward = 2 * width * inner + inner + width
+    norm = 2 * width  # gamma and beta
+    encoder_layer = attention + feed_forward + 2 * norm
+    decoder_layer = 2 * attention + feed_forward + 3 * norm
+    return vocabulary * width + layers * (encoder_layer + decoder_layer)  # one tied matrix
+
+
 @pytest.mark.slow
 def test_paper_base_has_the_papers_parameter_count():
     count = Transformer.from_preset("paper_base", vocabulary_size=37000).count_params()
-    assert 63e6 <= count <= 65e6, count
+    assert count == paper_parameter_count(37000, 512, 2048, 6) == 63_082_496
+
+
+def test_a_small_model_has_the_counted_parameters():
+    model = Transformer(vocabulary_size=50, num_layers=2, hidden_dim=16, intermediate_dim=32,
+                        num_heads=2)
+    assert model.count_params() == paper_parameter_count(50, 16, 32, 2)
 
 
 def test_model_is_built_on_construction(model):

@@ -24,16 +24,18 @@ def test_a_saved_keras_file_loads_and_gives_the_same_logits():
     np.testing.assert_allclose(logits, np.load(OLD / "logits.npy"), rtol=1e-5, atol=1e-5)
 
 
-def test_a_run_directory_loads_and_translates_as_its_export_did():
+def test_a_run_directory_loads_and_translates_greedily_as_its_export_did():
     _, tokenizer, model = runs.load_run(str(OLD / "run"), "final")
     ids = np.array(EXPECTED["logits_inputs"], np.int32)
     logits = keras.ops.convert_to_numpy(model({"source_ids": ids, "target_ids": ids}))
     np.testing.assert_allclose(logits, np.load(OLD / "logits.npy"), rtol=1e-5, atol=1e-5)
-    translator = Translator(model, tokenizer)
-    for decoder, beam in (("greedy", False), ("beam", True)):
-        outputs = runners.ModuleRunner(translator, beam=beam)(SENTENCES)
-        assert runners.translations(outputs) == EXPECTED[decoder]["translations"]
-        np.testing.assert_array_equal(outputs["token_ids"], EXPECTED[decoder]["token_ids"])
+    outputs = runners.ModuleRunner(Translator(model, tokenizer))(SENTENCES)
+    assert runners.translations(outputs) == EXPECTED["greedy"]["translations"]
+    np.testing.assert_array_equal(outputs["token_ids"], EXPECTED["greedy"]["token_ids"])
+    # Beam search itself changed since: an ended candidate joins the finished set only
+    # from the step's best K (fairseq's rule, which makes a beam of one greedy), so a run
+    # exported again may end some beam translations elsewhere. The old export keeps its
+    # own graph, and translates as it did (below).
 
 
 @pytest.mark.parametrize("artifact, session", [

@@ -6,9 +6,10 @@ a hypothesis scoring log P(Y) / lp(Y).
 
 Each sentence keeps `K` alive hypotheses (rows `b * K + k` of every tensor, so the cache
 is reordered by one `tf.gather` per tensor) and the `K` best finished ones. A step
-expands the alive ones, takes the `2K` best candidates (at most `K` of them end, so `K`
-alive ones always remain), moves those that ended into the finished set and keeps the
-`K` best others alive. Shapes stay static apart from the batch, as in greedy decoding.
+expands the alive ones and takes the `2K` best candidates (at most `K` of them end, so
+`K` alive ones always remain): those among the best `K` that ended join the finished set,
+as in fairseq's beam search (so a beam of one is greedy decoding), and the `K` best that
+did not end stay alive. Shapes stay static apart from the batch, as in greedy decoding.
 Shape legend as in `common.py`; `K` is the beam size.
 """
 
@@ -143,9 +144,12 @@ class _BeamSearch:
         alive_tokens = tf.gather(top_tokens, rows)
         cache = _gather_rows(cache, tf.gather(origins, rows))
 
-        # Finished: real candidates (not from empty slots or forbidden tokens) that
-        # ended within their sentence's limit compete with the finished ones.
-        entering = ended & (top_scores > FORBIDDEN / 2) & (length <= self.limits)[:, None]
+        # Finished: real candidates (not from empty slots or forbidden tokens) among the
+        # step's best K that ended within their sentence's limit compete with the finished
+        # ones. An ended candidate ranked below K would not have been kept by a beam of K.
+        in_beam = tf.range(2 * self.beam_size) < self.beam_size  # (2K,): top_k sorts
+        entering = (ended & in_beam[None, :] & (top_scores > FORBIDDEN / 2)
+                    & (length <= self.limits)[:, None])
         finished = self._merge(finished, top_tokens, top_scores, entering, length)
         worst_finished = finished[2][:, -1]  # (B,)
         # Nothing alive is left when only forbidden tokens remain (an empty source).
