@@ -11,7 +11,9 @@ import pytest  # noqa: E402
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
-MULTI30K_FILES = ("train.en.gz", "train.de.gz", "val.en.gz", "val.de.gz")
+MULTI30K_FILES = tuple(f"{split}.{language}.gz" for split in (
+    "train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+    for language in ("en", "de", "fr"))
 
 
 def find_multi30k():
@@ -31,7 +33,8 @@ def multi30k_dir():
     directory = find_multi30k()
     if directory is None:
         pytest.skip("Multi30K is not on this machine: set KERAS_TRANSFORMER_DATA_DIR "
-                    "to a directory holding train/val/test_2016_flickr.{en,de,fr}.gz")
+                    "to a directory holding its 15 files (train, val, test_2016_flickr, "
+                    "test_2017_flickr, test_2017_mscoco; .en/.de/.fr.gz)")
     return directory
 
 

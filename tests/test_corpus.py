@@ -41,11 +41,20 @@ def test_split_names_map_to_multi30k_files(fixture_corpus_dir):
         corpus.corpus_files(config, "dev")
 
 
+def test_every_multi30k_checksum_is_that_of_the_file(multi30k_dir):
+    # Every split of every language: the table the downloads are checked against.
+    assert sorted(multi30k.SHA256) == sorted(
+        f"{split}.{language}.gz" for split in multi30k.SPLITS for language in multi30k.LANGUAGES)
+    for name, expected in multi30k.SHA256.items():
+        assert hashlib.sha256((multi30k_dir / name).read_bytes()).hexdigest() == expected, name
+
+
 def test_multi30k_from_data_dir_has_its_published_sizes(multi30k_dir):
     sizes = {split: len(corpus.load_split(fixture_config(multi30k_dir, "en", "fr"), split,
                                           verbose=False))
-             for split in ("train", "validation", "test")}
-    assert sizes == {"train": 29000, "validation": 1014, "test": 1000}
+             for split in ("train", "validation", *multi30k.TEST_SPLITS)}
+    assert sizes == {"train": 29000, "validation": 1014, "test_2016_flickr": 1000,
+                     "test_2017_flickr": 1000, "test_2017_mscoco": 461}
 
 
 def test_unsupported_direction_is_rejected(fixture_corpus_dir):

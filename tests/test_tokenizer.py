@@ -148,6 +148,32 @@ def test_saved_model_round_trip_in_tf2_and_session_loaders(tokenizer, tmp_path):
     assert decode(text) == SENTENCES
 
 
+# Rare and unknown pieces: characters the vocabulary never saw (CJK, emoji, Cyrillic),
+# rare accents, digits, and NFKC look-alikes (full-width letters, a no-break space, a
+# ligature), where a reloaded tokenizer could segment otherwise (tensorflow/text#1304).
+RARE = ["Ein 漢字 Mann 😀 läuft.", "Ｆｕｌｌ-width Ｌｅｔｔｅｒｓ ﬁne.", "Zoë naïve façade œuvre.",
+        "Москва 1234567 ąčę", "a\u00a0b \u200bc"]
+
+
+def test_a_saved_and_reloaded_tokenizer_gives_the_same_ids_on_rare_pieces(tokenizer,
+                                                                           tmp_path):
+    expected = tokenizer.tokenize(tf.constant(RARE)).to_tensor(default_value=PAD_ID).numpy()
+    assert UNK_ID in expected  # the unknown characters do reach <unk>
+    tf.saved_model.save(Serving(tokenizer), str(tmp_path))
+    restored = tf.saved_model.load(str(tmp_path))
+    np.testing.assert_array_equal(restored.round_trip(tf.constant(RARE))["ids"].numpy(),
+                                  expected)
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(tmp_path))
+        signature = meta_graph.signature_def["serving_default"]
+        ids = session.run(signature.outputs["ids"].name,
+                          {signature.inputs["strings"].name: RARE})
+    np.testing.assert_array_equal(ids, expected)
+    # And SentencePiece itself, in Python, agrees with the TF ops on every line.
+    assert [list(row[row != PAD_ID]) for row in expected] == [
+        tokenizer._processor.encode_as_ids(line) for line in RARE]
+
+
 def test_tflite_round_trip_with_builtins_and_tf_text_kernels(tokenizer):
     interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
 
