@@ -1,12 +1,14 @@
-"""Translate one sentence with an exported SavedModel, as a fresh serving process would.
+"""Translate one sentence with an exported artifact, as a fresh serving process would.
 
-    python benchmarks/first_translation.py SAVED_MODEL ["A sentence."]
+    python benchmarks/first_translation.py ARTIFACT ["A sentence."]
 
-Imports only TensorFlow and tf-text (whose tokenizer ops the graph needs), loads the
-SavedModel, translates once and then once more, and prints one JSON line of wall-clock
-timestamps (`time.time()`, comparable with the launching process's clock) so that
-`benchmarks.cold_start` can split the time from process start to the first translation
-into interpreter start-up, imports, loading and the first call.
+ARTIFACT is a SavedModel directory or a `.tflite` file. Opens it with the package's own
+runner (`keras_transformer.serving.runners.open_runner`, which imports only what the
+artifact needs: TensorFlow and tf-text for a SavedModel, LiteRT and tf-text's kernels
+for a `.tflite` file), translates once and then once more, and prints one JSON line of
+wall-clock timestamps (`time.time()`, comparable with the launching process's clock) so
+that `benchmarks.cold_start` can split the time from process start to the first
+translation into interpreter start-up, opening (imports and loading) and the first call.
 """
 
 import json
@@ -15,22 +17,19 @@ import time
 
 started = time.time()  # the interpreter has started; nothing imported yet
 
-import tensorflow as tf  # noqa: E402
-import tensorflow_text  # noqa: E402,F401  registers the tokenizer ops of the graph
-
-imported = time.time()
+from keras_transformer.serving import runners  # noqa: E402
 
 
 def main(path, sentence):
-    translate = tf.saved_model.load(path).signatures["serving_default"]
+    runner = runners.open_runner(path)
     loaded = time.time()
-    first = translate(sentences=tf.constant([sentence]))["translations"].numpy()[0]
+    first = runners.translations(runner([sentence]))[0]
     translated = time.time()
-    translate(sentences=tf.constant([sentence]))["translations"].numpy()
+    runner([sentence])
     again = time.time()
-    print(json.dumps({"started": started, "imported": imported, "loaded": loaded,
-                      "translated": translated, "translated_again": again,
-                      "translation": first.decode("utf-8", errors="replace")}))
+    print(json.dumps({"started": started, "loaded": loaded, "translated": translated,
+                      "translated_again": again, "translation": first,
+                      "tensorflow_imported": "tensorflow" in sys.modules}))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import logging
 import os
 import re
 import sys
-import tempfile
+import threading
 
 from keras_transformer import config as config_lib
 
@@ -34,7 +34,8 @@ PROGRAM = "keras-transformer"
 _STARTUP_NOISE = re.compile(
     r"absl::InitializeLog|port\.cc:\d+\] oneDNN|cudart_stub\.cc|cpu_feature_guard\.cc|"
     r"To enable the following instructions|rebuild TensorFlow with the appropriate|"
-    r"cuda_executor|cuInit|computation placer|TF-TRT Warning|Unable to register cu")
+    r"cuda_executor|cuInit|computation placer|TF-TRT Warning|Unable to register cu|"
+    r"Created TensorFlow Lite XNNPACK delegate")
 
 logger = logging.getLogger("keras_transformer")
 
@@ -60,8 +61,10 @@ def main(argv=None):
     except SystemExit as exit:  # --help (0) or a usage error (2), already printed
         return exit.code
     _set_up_output(args.verbose)
+    quiet = contextlib.nullcontext() if args.verbose else _native_stderr_filtered()
     try:
-        return args.handler(args) or 0
+        with quiet:
+            return args.handler(args) or 0
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
@@ -125,37 +128,53 @@ def _set_up_output(verbose):
         handler.setFormatter(_MessageFormatter("%(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
-    _load_tensorflow.verbose = verbose
 
 
 def _load_tensorflow():
-    """Imports TensorFlow (and tf-text) with their start-up lines dropped."""
-    if "tensorflow" in sys.modules:
-        return
-    with contextlib.ExitStack() as stack:
-        if not getattr(_load_tensorflow, "verbose", False):
-            stack.enter_context(_native_stderr_filtered())
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401  registers the ops exported graphs use
+    """Imports TensorFlow and tf-text (registering the ops exported graphs use) early,
+    so that the verb's own messages come after TensorFlow's start-up."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
     tf.get_logger().setLevel("ERROR")
 
 
 @contextlib.contextmanager
 def _native_stderr_filtered():
-    """Captures file descriptor 2 (where C++ writes) and replays it without the noise."""
+    """Passes file descriptor 2 (where C++ libraries write) through a filter.
+
+    TensorFlow and LiteRT write start-up lines from C++ straight to the descriptor,
+    some before their logging (and TF_CPP_MIN_LOG_LEVEL) applies, so no Python setting
+    reaches them. Here the descriptor is a pipe, and a thread copies what comes through
+    to the real stderr as it comes, less `_STARTUP_NOISE` lines; progress bars (ended by
+    a carriage return) pass at once.
+    """
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            for line in capture.read().decode("utf-8", "replace").splitlines(True):
-                if not _STARTUP_NOISE.search(line):
-                    sys.stderr.write(line)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def copy():
+        pending = b""
+        while chunk := os.read(read_end, 65536):
+            pending += chunk
+            *pieces, pending = re.split(rb"(?<=[\r\n])", pending)
+            for piece in pieces:
+                if not _STARTUP_NOISE.search(piece.decode("utf-8", "replace")):
+                    os.write(saved, piece)
+        if pending and not _STARTUP_NOISE.search(pending.decode("utf-8", "replace")):
+            os.write(saved, pending)
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's last write end: the thread reads to its end
+        thread.join(timeout=5)
+        os.close(read_end)
+        os.close(saved)
 
 
 def _positive_int(text):
@@ -183,6 +202,11 @@ def _list_of(item_type):
     def parse(text):
         return [item_type(item) for item in text.split(",") if item]
     return parse
+
+
+def _add_threads_option(parser):
+    parser.add_argument("--threads", type=_positive_int, metavar="N",
+                        help="threads of a .tflite file's interpreter (default: LiteRT's)")
 
 
 def _add_decoder_options(parser, default="greedy decoding"):
@@ -458,6 +482,7 @@ def _add_translate(parser):
     parser.add_argument("--batch-size", type=_positive_int, default=32, metavar="N",
                         help="sentences per call (default: 32)")
     _add_decoder_options(parser)
+    _add_threads_option(parser)
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (shown when reading a file)")
 
@@ -492,7 +517,8 @@ def _load_translator(args):
     translator = translate.load_translator(args.artifact, beam_size=beam_size,
                                          length_penalty=args.length_penalty,
                                          batch_size=args.batch_size,
-                                         session=getattr(args, "session", False))
+                                         session=getattr(args, "session", False),
+                                         threads=args.threads)
     logger.info("Translating with %s (%s).", translator.artifact or
                 f"the model of {args.artifact}", translator.decoder)
     return translator
@@ -513,6 +539,7 @@ def _add_evaluate(parser):
     parser.add_argument("--batch-size", type=_positive_int, default=64, metavar="N",
                         help="sentences per call (default: 64)")
     _add_decoder_options(parser)
+    _add_threads_option(parser)
     parser.add_argument("--session", action="store_true",
                         help="load the SavedModel as TF Serving does (session loader)")
     parser.add_argument("-o", "--output", metavar="PATH",

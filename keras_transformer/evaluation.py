@@ -18,12 +18,9 @@ run's corpus. The paper's final scores use the average of the last checkpoints a
 search (beam 4, length penalty α = 0.6, §6.1).
 """
 
-import contextlib
 import dataclasses
 import json
-import math
 import os
-import sys
 
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -83,21 +80,9 @@ def translate_file_lines(runner, lines, batch_size=64, verbose=True):
         runner: callable, list of str -> outputs dict (see `serving.runners.open_runner`).
         lines: list of str.
         batch_size: int. Sentences per call of the translator.
-        verbose: bool. Show a progress bar counting batches (on stderr: stdout carries
-            the scores).
+        verbose: bool. Show a progress bar (on stderr: stdout carries the scores).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
-    progress = None
-    if verbose and lines:
-        import keras  # here: Keras loads its backend, which scoring alone does not need
-
-        bar = keras.utils.Progbar(math.ceil(len(lines) / batch_size), unit_name="batch")
-
-        def progress(done):
-            with contextlib.redirect_stdout(sys.stderr):
-                bar.update(math.ceil(done / batch_size))
-
+    progress = translate.progress_bar(len(lines)) if verbose and lines else None
     return translate.translate_sentences(runner, lines, batch_size, progress)
 
 

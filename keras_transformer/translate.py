@@ -16,11 +16,12 @@ padding) and written back in input order, so memory stays flat however long the 
 is, and a run that is interrupted or fails keeps every window it finished.
 """
 
-import contextlib
 import itertools
 import logging
 import os
 import sys
+
+import tqdm
 
 from keras_transformer import files
 from keras_transformer.serving import runners
@@ -145,20 +146,22 @@ class TranslationInterrupted(Exception):
         self.lines_written = lines_written
 
 
-def progress_bar(total=None):
-    """Returns an update function for a progress bar drawn on stderr.
+def progress_bar(total=None, unit="sentence"):
+    """Returns an update function (given the count done) of a progress bar on stderr.
+
+    tqdm's, not Keras's: Keras loads its backend (TensorFlow), which translating with a
+    `.tflite` file does not need, and writes to stdout, which may carry the translations.
 
     Args:
-        total: int or `None` (unknown: a count of sentences done).
+        total: int or `None` (unknown: a count done and a rate).
+        unit: str. What is counted.
     """
-    import keras  # here: Keras loads its backend, which a .tflite translation does not need
-
-    bar = keras.utils.Progbar(total, unit_name="sentence")
+    bar = tqdm.tqdm(total=total, unit=f" {unit}s", file=sys.stderr, dynamic_ncols=True)
 
     def update(done):
-        # Progbar writes to stdout, which may be carrying the translations.
-        with contextlib.redirect_stdout(sys.stderr):
-            bar.update(done)
+        bar.update(done - bar.n)
+        if total is not None and done >= total:
+            bar.close()
 
     return update
 
@@ -195,7 +198,7 @@ class LoadedTranslator:
 
 
 def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
-                    session=False):
+                    session=False, threads=None):
     """Returns a `LoadedTranslator` for a run directory, a SavedModel or a `.tflite` file.
 
     An artifact translates as it was exported: greedy by default, or with its exported
@@ -212,6 +215,8 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
             paper's 0.6) value.
         batch_size: int. Sentences per call of the artifact.
         session: bool. Load a SavedModel with the session-based loader of TF Serving.
+        threads: int or `None` (the runtime's default). Threads of a `.tflite` file's
+            interpreter.
 
     Example:
     >>> translate = load_translator("runs/multi30k-en-de", beam_size=4)
@@ -242,7 +247,8 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
             "again with --beam-size/--length-penalty, or name the run directory, which "
             "translates with any.")
     artifact = runners.resolve_artifact(path, export_if_missing=is_run)
-    runner = runners.open_runner(artifact, beam=beam_size is not None, session=session)
+    runner = runners.open_runner(artifact, beam=beam_size is not None, session=session,
+                                 threads=threads)
     return LoadedTranslator(runner, artifact=artifact, beam_size=beam_size,
                             length_penalty=length_penalty, batch_size=batch_size)
 

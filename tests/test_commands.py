@@ -205,3 +205,23 @@ def test_a_latin1_reference_to_evaluate_is_an_error_naming_its_line(tmp_path, ca
                      "--reference", str(reference)]) == 2
     error = capsys.readouterr().err
     assert f"{reference}: line 1:" in error and "iconv" in error
+
+
+def test_translating_with_a_tflite_file_never_imports_tensorflow(tmp_path):
+    tflite = REPOSITORY / "tests" / "fixtures" / "artifacts_v0_1" / "export" / files.TFLITE
+    source = tmp_path / "sentences.en"
+    source.write_text("A dog runs.\nTwo men play football.\n", encoding="utf-8")
+    code = (
+        "import sys\n"
+        "import keras_transformer as kt\n"
+        "from keras_transformer import cli\n"
+        f"translations = kt.load_translator({str(tflite)!r})(['A dog runs.'])\n"
+        f"status = cli.main(['translate', {str(tflite)!r}, '-i', {str(source)!r}, '-o', "
+        f"{str(tmp_path / 'out.de')!r}])\n"
+        "loaded = [m for m in ('tensorflow', 'keras', 'tensorflow_text') if m in sys.modules]\n"
+        "print(status, len(translations), loaded)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=REPOSITORY)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "0 1 []"
+    assert len((tmp_path / "out.de").read_text(encoding="utf-8").splitlines()) == 2

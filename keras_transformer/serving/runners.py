@@ -8,8 +8,9 @@ The same `string[B]` signature is called three ways: through `tf.saved_model.loa
 (TensorFlow 2), through the session-based loader that TF Serving and `saved_model_cli`
 use (`tf.compat.v1.saved_model.loader.load`), and through LiteRT for the `.tflite` file.
 Each runner takes a list of `str` or `bytes` (any bytes: the graph decides what to make
-of invalid UTF-8) and returns the signature's outputs as NumPy arrays. Only TensorFlow,
-tf-text and LiteRT are imported: the model code is not needed to translate.
+of invalid UTF-8) and returns the signature's outputs as NumPy arrays. Only what an
+artifact needs is imported: TensorFlow and tf-text for a SavedModel, LiteRT and tf-text's
+kernels (not TensorFlow's Python package) for a `.tflite` file; never the model code.
 
 Public API:
     - `SavedModelRunner(directory, signature)`, `SessionRunner(directory, signature)`,
@@ -21,6 +22,9 @@ Public API:
     - `ModuleRunner(translator, beam=False)`: a runner over a `Translator` in memory.
 """
 
+import ctypes
+import functools
+import importlib.util
 import json
 import logging
 import os
@@ -52,7 +56,8 @@ class SavedModelRunner:
     """
 
     def __init__(self, directory, signature=GREEDY_SIGNATURE):
-        # Imported here, as in every runner: only the runtime an artifact needs loads.
+        # Imported here, as in every runner: only the runtime an artifact needs loads
+        # (a .tflite file needs no TensorFlow).
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  registers the tokenizer ops of the graph
 
@@ -101,14 +106,16 @@ class SessionRunner:
 class TFLiteRunner:
     """Calls a `.tflite` translator with LiteRT and tf-text's TFLite kernels.
 
+    TensorFlow's Python package is not imported (see `tf_text_tflite_kernels`).
+
     Args:
         model: str path of a `.tflite` file, or its bytes.
         signature: str. Signature name.
+        threads: int or `None` (LiteRT's default). Threads of the interpreter.
     """
 
-    def __init__(self, model, signature=GREEDY_SIGNATURE):
+    def __init__(self, model, signature=GREEDY_SIGNATURE, threads=None):
         # Here: see SavedModelRunner.
-        import tensorflow_text
         from ai_edge_litert.interpreter import InterpreterWithCustomOps
 
         in_memory = isinstance(model, (bytes, bytearray))
@@ -116,12 +123,12 @@ class TFLiteRunner:
                   else {"model_path": os.fspath(model)})
         try:
             self._interpreter = InterpreterWithCustomOps(
-                custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
+                custom_op_registerers=tf_text_tflite_kernels(), num_threads=threads,
                 **source)
         except ValueError as error:  # LiteRT's message names no file
             name = "the TFLite model" if in_memory else os.fspath(model)
             raise ValueError(f"{name} is not a TFLite model LiteRT can load ({error}): "
-                             "export the run again (python -m export RUN_DIR).") from None
+                             "export the run again (keras-transformer export RUN_DIR).") from None
         self._runner = self._interpreter.get_signature_runner(signature)
 
     def __call__(self, sentences):
@@ -133,17 +140,38 @@ class TFLiteRunner:
         return self._runner(**{INPUT_NAME: encode_sentences(sentences)})
 
 
-def open_runner(path, beam=False, session=False):
+@functools.cache
+def tf_text_tflite_kernels():
+    """Returns tf-text's TFLite kernel registrars, loaded without importing TensorFlow.
+
+    `import tensorflow_text` imports TensorFlow (2.5 to 6 s); its TFLite kernels live in
+    one extension module that needs only TensorFlow's framework library, loaded first
+    with its symbols global. The same registrars as `SELECT_TFTEXT_OPS` (every `Add…`).
+    """
+    tensorflow = importlib.util.find_spec("tensorflow").submodule_search_locations[0]
+    text = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+    ctypes.CDLL(os.path.join(tensorflow, "libtensorflow_framework.so.2"),
+                mode=ctypes.RTLD_GLOBAL)
+    path = os.path.join(text, "core", "pybinds", "tflite_registrar.so")
+    spec = importlib.util.spec_from_file_location(
+        "tensorflow_text.core.pybinds.tflite_registrar", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [getattr(module, name) for name in sorted(dir(module)) if name.startswith("Add")]
+
+
+def open_runner(path, beam=False, session=False, threads=None):
     """Returns the runner for the artifact at `path` (SavedModel directory or `.tflite`).
 
     Args:
         path: str. A SavedModel directory or a `.tflite` file.
         beam: bool. Use the beam-search signature.
         session: bool. Load the SavedModel with the session-based loader.
+        threads: int or `None`. Threads of a `.tflite` file's interpreter.
     """
     signature = BEAM_SIGNATURE if beam else GREEDY_SIGNATURE
     if os.fspath(path).endswith(".tflite"):
-        return TFLiteRunner(path, signature)
+        return TFLiteRunner(path, signature, threads=threads)
     return (SessionRunner if session else SavedModelRunner)(path, signature)
 
 
