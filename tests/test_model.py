@@ -42,6 +42,26 @@ def test_a_small_model_has_the_counted_parameters():
     assert model.count_params() == paper_parameter_count(50, 16, 32, 2)
 
 
+def test_every_weight_matrix_starts_with_values_of_its_own(model):
+    # Glorot-uniform draws (Glorot and Bengio, 2010) are independent per matrix: no two
+    # kernels hold the same values, not even flattened (same draws, other shape).
+    kernels = [ops.convert_to_numpy(v).ravel() for v in model.weights
+               if len(v.shape) == 2]
+    assert len(kernels) == 1 + 2 * (4 + 2) + 2 * (8 + 2)  # embedding, encoder, decoder
+    firsts = {tuple(np.round(kernel[:8], 6)) for kernel in kernels}
+    assert len(firsts) == len(kernels)
+
+
+def test_a_seed_gives_the_same_weights_again():
+    def weights():
+        keras.utils.set_random_seed(7)
+        return [ops.convert_to_numpy(v) for v in Transformer.from_preset(
+            "tiny", vocabulary_size=50, num_layers=1).weights]
+
+    for first, second in zip(weights(), weights()):
+        np.testing.assert_array_equal(first, second)
+
+
 def test_model_is_built_on_construction(model):
     assert model.built and model.count_params() > 0
 

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.initializers import sublayer_initializer
+
 # Masked scores are replaced by this before the softmax (computed in float32). A finite
 # value, unlike -inf, keeps a fully masked row finite (uniform) instead of NaN.
 _MASKED_SCORE = -1e9
@@ -122,8 +124,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_projection.build((*query_shape[:-1], width))
 
     def _dense(self, units, name):
-        return keras.layers.Dense(units, kernel_initializer=self.kernel_initializer,
-                                  dtype=self.dtype_policy, name=name)
+        return keras.layers.Dense(
+            units, kernel_initializer=sublayer_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy, name=name)
 
     def _split_heads(self, x):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]

@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_transformer.layers.initializers import sublayer_initializer
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FeedForward(keras.layers.Layer):
@@ -31,12 +33,13 @@ class FeedForward(keras.layers.Layer):
         self.intermediate_dim = intermediate_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.hidden = keras.layers.Dense(
-            intermediate_dim, activation="relu", kernel_initializer=self.kernel_initializer,
+            intermediate_dim, activation="relu",
+            kernel_initializer=sublayer_initializer(self.kernel_initializer),
             dtype=self.dtype_policy, name="hidden")
 
     def build(self, inputs_shape):
         self.projection = keras.layers.Dense(
-            inputs_shape[-1], kernel_initializer=self.kernel_initializer,
+            inputs_shape[-1], kernel_initializer=sublayer_initializer(self.kernel_initializer),
             dtype=self.dtype_policy, name="projection")
         self.hidden.build(inputs_shape)
         self.projection.build((*inputs_shape[:-1], self.intermediate_dim))
