@@ -206,7 +206,8 @@ def _list_of(item_type):
 
 def _add_threads_option(parser):
     parser.add_argument("--threads", type=_positive_int, metavar="N",
-                        help="threads of a .tflite file's interpreter (default: LiteRT's)")
+                        help="threads of a .tflite file's interpreter (default: LiteRT's) "
+                             "or of CTranslate2 (default: 1)")
 
 
 def _add_decoder_options(parser, default="greedy decoding"):
@@ -237,7 +238,7 @@ def _exported_beam_size(artifact):
 
 def _is_run_dir(path):
     from keras_transformer import files
-    return os.path.isfile(os.path.join(path, files.CONFIG))
+    return files.is_run_dir(path)
 
 
 def _add_config_options(parser):
@@ -421,6 +422,9 @@ def _add_export(parser):
                         metavar="RUN_DIR",
                         help="further runs trained with RUN_DIR's tokenizer: the artifact "
                              "translates with the mean of all the models' probabilities")
+    parser.add_argument("--ctranslate2", action="store_true",
+                        help="also write CTranslate2 models, float32 and int8 (needs the "
+                             "ctranslate2 extra)")
     parser.add_argument("--check", action="store_true",
                         help="then check that every artifact translates like the model")
 
@@ -437,7 +441,8 @@ def _export(args):
     output_dir, _ = export.export_run(
         args.run_dir, weights=args.weights, output_dir=args.output,
         quantize=not args.no_quantize, ensemble=args.ensemble,
-        max_output_length=args.max_output_length, beam_size=args.beam_size,
+        ctranslate2=args.ctranslate2, max_output_length=args.max_output_length,
+        beam_size=args.beam_size,
         length_penalty=args.length_penalty)
     print(f"Exported to {output_dir} (report: "
           f"{os.path.join(output_dir, files.REPORT_MARKDOWN)})")
@@ -474,7 +479,8 @@ def _print_checks(run_dir, **options):
 
 def _add_translate(parser):
     parser.add_argument("artifact", metavar="ARTIFACT",
-                        help="run directory, SavedModel directory or .tflite file")
+                        help="run directory, SavedModel directory, .tflite file or "
+                             "CTranslate2 directory")
     parser.add_argument("-i", "--input", metavar="FILE",
                         help="sentences, one a line (default: standard input)")
     parser.add_argument("-o", "--output", metavar="FILE",
@@ -526,7 +532,8 @@ def _load_translator(args):
 
 def _add_evaluate(parser):
     parser.add_argument("artifact", metavar="ARTIFACT",
-                        help="run directory, SavedModel directory or .tflite file")
+                        help="run directory, SavedModel directory, .tflite file or "
+                             "CTranslate2 directory")
     parser.add_argument("--split", action="append", metavar="NAME",
                         help="a split of the run's corpus to score, e.g. test_2017_flickr "
                              "or validation (repeatable; default: every test split)")

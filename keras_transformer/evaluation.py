@@ -165,9 +165,8 @@ def artifact_config(artifact):
         ValueError: nothing says, with the fix (`--source`/`--reference`).
     """
     artifact = os.fspath(artifact)
-    config_path = os.path.join(artifact, files.CONFIG)
-    if os.path.isfile(config_path):
-        return config_lib.Config.load(config_path)
+    if files.is_run_dir(artifact):
+        return config_lib.Config.load(os.path.join(artifact, files.CONFIG))
     recorded = ((runners.export_report(artifact) or {}).get("run") or {}).get("config")
     if not isinstance(recorded, dict):
         raise ValueError(

@@ -18,6 +18,8 @@ The export directory (`serving.export`):
     saved_model/                      signatures serving_default (greedy), beam_search
     translator.tflite                 the same signatures: TFLite builtins + tf-text ops
     translator_dynamic_range.tflite   the same with int8 weights
+    ctranslate2/, ctranslate2_int8/   with `--ctranslate2`: CTranslate2 models (float32,
+                                      int8), each with tokenizer.model, translator.json
     export_report.json, .md           versions, config, sizes, op lists
     check_report.json                 the self-check's table (`export --check`)
 
@@ -60,6 +62,10 @@ TFLITE_QUANTIZED = "translator_dynamic_range.tflite"
 REPORT_JSON = "export_report.json"
 REPORT_MARKDOWN = "export_report.md"
 CHECK_REPORT = "check_report.json"
+CTRANSLATE2 = "ctranslate2"
+CTRANSLATE2_INT8 = "ctranslate2_int8"
+CTRANSLATE2_MODEL = "model.bin"  # CTranslate2's own name, in each of the two above
+CTRANSLATE2_OPTIONS = "translator.json"  # beside it: the exported translator's options
 
 # The exported signatures: `sentences` in; `translations`, `token_ids`, `scores` out.
 GREEDY_SIGNATURE = "serving_default"
@@ -68,6 +74,19 @@ INPUT_NAME = "sentences"
 
 # Keras insists that weight files end in ".weights.h5": temporary names get a prefix.
 PARTIAL_PREFIX = "partial-"
+
+
+def is_run_dir(path):
+    """Whether `path` is a run directory: it has a `config.json` (and is no CTranslate2
+    model directory, which has one too)."""
+    return (os.path.isfile(os.path.join(path, CONFIG))
+            and not is_ctranslate2_dir(path))
+
+
+def is_ctranslate2_dir(path):
+    """Whether `path` is a CTranslate2 model directory written by `export --ctranslate2`."""
+    return (os.path.isfile(os.path.join(path, CTRANSLATE2_MODEL))
+            and os.path.isfile(os.path.join(path, CTRANSLATE2_OPTIONS)))
 
 
 def replace_atomically(path, write):

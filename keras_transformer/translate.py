@@ -209,7 +209,8 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
     run's model in memory otherwise, so any beam size and α work there.
 
     Args:
-        path: str. A run directory, a SavedModel directory or a `.tflite` file.
+        path: str. A run directory, a SavedModel directory, a `.tflite` file or a
+            CTranslate2 directory (`export --ctranslate2`).
         beam_size: int or `None` (greedy decoding).
         length_penalty: float α of beam search, or `None` for the exported (or the
             paper's 0.6) value.
@@ -228,7 +229,7 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     path = os.fspath(path)
-    is_run = os.path.isfile(os.path.join(path, files.CONFIG))
+    is_run = files.is_run_dir(path)
     exported = _exported_decoder(runners.run_saved_model(path) if is_run else path)
     if beam_size is not None:
         length_penalty = (exported.get("length_penalty", 0.6) if length_penalty is None

@@ -57,6 +57,13 @@ def validation_sentences():
 
 
 @functools.lru_cache(maxsize=None)
+def tiny_tokenizer():
+    """The SentencePiece vocabulary of the fixture corpus, trained once."""
+    lines = read_lines(CORPUS / "train.en.gz") + read_lines(CORPUS / "train.de.gz")
+    return train_tokenizer(lines, VOCABULARY_SIZE, verbose=False)
+
+
+@functools.lru_cache(maxsize=None)
 def tiny_export(directory):
     """Exports the tiny translator into `directory` once per test session.
 
@@ -64,8 +71,7 @@ def tiny_export(directory):
         A namespace with `translator`, `directory` (str), `report`, `saved_model`,
         `tflite` and `tflite_quantized` paths.
     """
-    lines = read_lines(CORPUS / "train.en.gz") + read_lines(CORPUS / "train.de.gz")
-    tokenizer = train_tokenizer(lines, VOCABULARY_SIZE, verbose=False)
+    tokenizer = tiny_tokenizer()
     keras.utils.set_random_seed(0)
     # One layer per stack: every code path of two, for half the tracing and conversion.
     model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,

@@ -31,13 +31,15 @@ from keras_transformer.serving import translator as translator_lib
 from keras_transformer.training import runs
 
 
-def export_translator(translator, directory, *, quantize=True):
+def export_translator(translator, directory, *, quantize=True, ctranslate2=False):
     """Writes the SavedModel and TFLite files of `translator` into `directory`.
 
     Args:
         translator: `translator.Translator` of the trained model.
         directory: str. Output directory (created; artifacts in it are replaced).
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
+        ctranslate2: bool. Also write CTranslate2 model directories, float32 and int8
+            (`ctranslate2_export`; needs the `ctranslate2` extra).
 
     Returns:
         The report (a JSON-ready dict) of what was written; not yet saved.
@@ -46,6 +48,8 @@ def export_translator(translator, directory, *, quantize=True):
         op_checks.UnsupportedOpsError: an artifact needs ops its runtime lacks
             (nothing of that artifact is left in `directory`).
     """
+    # Checked first: a missing extra should not cost a whole export.
+    ctranslate2_export = _ctranslate2_export() if ctranslate2 else None
     os.makedirs(directory, exist_ok=True)
     saved_model_dir = os.path.join(directory, SAVED_MODEL)
     if os.path.exists(saved_model_dir):
@@ -77,7 +81,20 @@ def export_translator(translator, directory, *, quantize=True):
             continue
         report[key] = _export_tflite(translator, os.path.join(directory, name),
                                      quantized)
+    if ctranslate2_export is not None:
+        report["ctranslate2"] = ctranslate2_export.export_ctranslate2(translator, directory)
     return report
+
+
+def _ctranslate2_export():
+    """Returns the `ctranslate2_export` module, or says how to install what it needs."""
+    try:
+        # Imported here: CTranslate2 is an optional extra.
+        from keras_transformer.serving import ctranslate2_export
+    except ImportError as error:
+        raise ImportError(f"--ctranslate2 needs CTranslate2 ({error}): pip install "
+                          "'keras-transformer-mt[ctranslate2]'.") from None
+    return ctranslate2_export
 
 
 def _export_tflite(translator, path, quantize):
@@ -93,7 +110,7 @@ def _export_tflite(translator, path, quantize):
 
 
 def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensemble=(),
-               **translator_options):
+               ctranslate2=False, **translator_options):
     """Exports the run in `run_dir` and writes the report beside the artifacts.
 
     Args:
@@ -104,11 +121,15 @@ def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensembl
         ensemble: run directories of further models, trained with this run's
             tokenizer, whose probabilities the artifact averages with this run's
             (`decoding.ensemble.Ensemble`); their weights are chosen by `weights` too.
+        ctranslate2: bool. Also write the CTranslate2 directories (not for an ensemble).
         **translator_options: passed to `translator.Translator`.
 
     Returns:
         `(output_dir, report)`.
     """
+    if ensemble and ctranslate2:
+        raise ValueError("An ensemble has no CTranslate2 form (CTranslate2 decodes one "
+                         "model): export without --ctranslate2, or export each run alone.")
     if ensemble:
         config, tokenizer, model, weight_paths = runs.load_ensemble(
             [run_dir, *ensemble], weights)
@@ -117,7 +138,8 @@ def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensembl
         weight_paths = [runs.find_weights(run_dir, weights)]
     output_dir = output_dir or os.path.join(run_dir, files.EXPORT_DIR)
     translator = translator_lib.Translator(model, tokenizer, **translator_options)
-    report = export_translator(translator, output_dir, quantize=quantize)
+    report = export_translator(translator, output_dir, quantize=quantize,
+                               ctranslate2=ctranslate2)
     report["run"] = {"run_dir": os.path.abspath(run_dir),
                      "weights": os.path.abspath(weight_paths[0]),
                      "config": json.loads(config.to_json())}
@@ -150,6 +172,12 @@ def report_markdown(report):
             entry = report[key]
             lines.append(f"| `{entry['path']}` | {_megabytes(entry['bytes'])} | "
                          f"{entry['quantization'] or 'float32'} |")
+    for key in (files.CTRANSLATE2, files.CTRANSLATE2_INT8):
+        if key in report.get("ctranslate2", {}):
+            entry = report["ctranslate2"][key]
+            lines.append(f"| `{entry['path']}/` | {_megabytes(entry['bytes'])} | "
+                         f"CTranslate2 {report['ctranslate2']['ctranslate2']}, "
+                         f"{entry['quantization']} |")
     lines += ["", "## Serving requirements", "",
               f"tf-text ops in the SavedModel: {', '.join(saved_model['tf_text_ops'])}. "
               f"It was exported with tensorflow-text {versions['tensorflow_text']}; a model "

@@ -1,8 +1,8 @@
 """Run an exported translator in each runtime it is made for, from Python.
 
 Commands that run an exported translator take a SavedModel directory, a `.tflite` file,
-or a run directory, which stands for the SavedModel that `export RUN_DIR` writes into
-it (`resolve_artifact`).
+a CTranslate2 directory (`export --ctranslate2`), or a run directory, which stands for
+the SavedModel that `export RUN_DIR` writes into it (`resolve_artifact`).
 
 The same `string[B]` signature is called three ways: through `tf.saved_model.load`
 (TensorFlow 2), through the session-based loader that TF Serving and `saved_model_cli`
@@ -10,11 +10,13 @@ use (`tf.compat.v1.saved_model.loader.load`), and through LiteRT for the `.tflit
 Each runner takes a list of `str` or `bytes` (any bytes: the graph decides what to make
 of invalid UTF-8) and returns the signature's outputs as NumPy arrays. Only what an
 artifact needs is imported: TensorFlow and tf-text for a SavedModel, LiteRT and tf-text's
-kernels (not TensorFlow's Python package) for a `.tflite` file; never the model code.
+kernels (not TensorFlow's Python package) for a `.tflite` file, CTranslate2 and
+SentencePiece for a CTranslate2 directory; never the model code.
 
 Public API:
     - `SavedModelRunner(directory, signature)`, `SessionRunner(directory, signature)`,
-      `TFLiteRunner(path_or_content, signature)`: `runner(sentences) -> dict`.
+      `TFLiteRunner(path_or_content, signature)`, `CTranslate2Runner(directory, beam)`:
+      `runner(sentences) -> dict`.
     - `open_runner(path, beam=False, session=False)`: the runner an artifact needs.
     - `translations(outputs)`: the `translations` output as a list of `str`.
     - `resolve_artifact(path, export_if_missing=False)`: the artifact a path names.
@@ -35,6 +37,10 @@ from keras_transformer import files
 from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
 
 logger = logging.getLogger(__name__)
+
+# CTranslate2's intra-op threads unless asked: the fastest on a 2-core CPU in
+# `benchmarks/decode_engines.py` (BENCHMARKS.md).
+CTRANSLATE2_DEFAULT_THREADS = 1
 
 _EMPTY_OUTPUTS = {"translations": np.zeros([0], object),
                   "token_ids": np.zeros([0, 0], np.int32), "scores": np.zeros([0], np.float32)}
@@ -140,6 +146,86 @@ class TFLiteRunner:
         return self._runner(**{INPUT_NAME: encode_sentences(sentences)})
 
 
+class CTranslate2Runner:
+    """Translates with a CTranslate2 model directory written by `export --ctranslate2`.
+
+    Imports CTranslate2 and SentencePiece only. Tokenizes with the run's SentencePiece
+    model beside the weights, truncates and limits as the exported translator does
+    (`translator.json`), and returns the outputs of the exported signatures: token ids
+    with END where one was emitted, padded with PAD, and scores, the sum of the tokens'
+    log-probabilities. PAD may never be chosen, as in the exported translator, which
+    keeps PAD's share of each softmax while CTranslate2 takes it out: after label
+    smoothing that share is about 0.1/V per token, so scores differ in the third digit.
+    A sentence without a piece translates to the empty string (ids `[END]`, score 0)
+    without a call.
+
+    Args:
+        directory: str. The CTranslate2 model directory.
+        beam: bool. Beam search with the exported beam size and α instead of greedy.
+        threads: int or `None`. CTranslate2's intra-op threads; `None`: one (see
+            `CTRANSLATE2_DEFAULT_THREADS`).
+    """
+
+    def __init__(self, directory, beam=False, threads=None):
+        import ctranslate2  # here: see SavedModelRunner
+        import sentencepiece
+
+        directory = os.fspath(directory)
+        with open(os.path.join(directory, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
+            self.options = json.load(file)
+        self._processor = sentencepiece.SentencePieceProcessor(
+            model_file=os.path.join(directory, files.TOKENIZER_MODEL))
+        self._translator = ctranslate2.Translator(
+            directory, device="cpu", inter_threads=1,
+            intra_threads=threads or CTRANSLATE2_DEFAULT_THREADS)
+        self._beam_size = self.options["beam_size"] if beam else 1
+        self._length_penalty = self.options["length_penalty"] if beam else 0.0
+        # The reserved ids as the SentencePiece model records them (`data.tokenizer`
+        # imports TensorFlow, which this runner must not).
+        self._pad_id, self._end_id = self._processor.pad_id(), self._processor.eos_id()
+        self._pad = self._processor.id_to_piece(self._pad_id)
+
+    def __call__(self, sentences):
+        texts = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s)
+                 for s in sentences]
+        # START and END (added by CTranslate2, `add_source_bos/eos`) must fit too.
+        pieces = [ids[:self.options["max_source_length"] - 2]
+                  for ids in self._processor.encode(texts)]
+        limits = [self._limit(len(ids) + 2) for ids in pieces]
+        rows = [[self._end_id] for _ in texts]
+        scores = np.zeros([len(texts)], np.float32)
+        nonempty = [i for i, ids in enumerate(pieces) if ids]
+        if nonempty:
+            results = self._translator.translate_batch(
+                [[self._processor.id_to_piece(j) for j in pieces[i]] for i in nonempty],
+                beam_size=self._beam_size, length_penalty=self._length_penalty,
+                max_decoding_length=max(limits[i] for i in nonempty),
+                min_decoding_length=1, max_input_length=0, return_end_token=True,
+                return_scores=True, suppress_sequences=[[self._pad]])
+            for i, result in zip(nonempty, results):
+                # One limit for the batch: cut each output to its own, as the exported
+                # translator stops each sentence at its own (greedy prefixes agree).
+                rows[i] = [self._processor.piece_to_id(piece)
+                           for piece in result.hypotheses[0]][:limits[i]]
+                scores[i] = result.scores[0]
+        width = max((len(row) for row in rows), default=0)
+        token_ids = np.full([len(texts), width], self._pad_id, np.int32)
+        for i, row in enumerate(rows):
+            token_ids[i, :len(row)] = row
+        translations = np.array(
+            [self._processor.decode([j for j in row if j != self._end_id]).encode("utf-8")
+             for row in rows], dtype=object).reshape([len(texts)])
+        return {"translations": translations, "token_ids": token_ids, "scores": scores}
+
+    def _limit(self, source_length):
+        """Output tokens allowed, END included, for a source of `source_length` ids."""
+        limit = min(source_length + self.options["extra_length"],
+                    self.options["max_source_length"] - 1)
+        if self.options.get("max_output_length"):
+            limit = min(limit, self.options["max_output_length"])
+        return limit
+
+
 @functools.cache
 def tf_text_tflite_kernels():
     """Returns tf-text's TFLite kernel registrars, loaded without importing TensorFlow.
@@ -161,17 +247,20 @@ def tf_text_tflite_kernels():
 
 
 def open_runner(path, beam=False, session=False, threads=None):
-    """Returns the runner for the artifact at `path` (SavedModel directory or `.tflite`).
+    """Returns the runner for the artifact at `path`.
 
     Args:
-        path: str. A SavedModel directory or a `.tflite` file.
+        path: str. A SavedModel directory, a `.tflite` file or a CTranslate2 directory.
         beam: bool. Use the beam-search signature.
         session: bool. Load the SavedModel with the session-based loader.
-        threads: int or `None`. Threads of a `.tflite` file's interpreter.
+        threads: int or `None`. Threads of a `.tflite` file's interpreter or of
+            CTranslate2.
     """
     signature = BEAM_SIGNATURE if beam else GREEDY_SIGNATURE
     if os.fspath(path).endswith(".tflite"):
         return TFLiteRunner(path, signature, threads=threads)
+    if files.is_ctranslate2_dir(path):
+        return CTranslate2Runner(path, beam=beam, threads=threads)
     return (SessionRunner if session else SavedModelRunner)(path, signature)
 
 
@@ -190,8 +279,9 @@ def resolve_artifact(path, *, export_if_missing=False, verbose=True):
     """Returns the artifact that `path` names: a run directory means its SavedModel.
 
     Args:
-        path: str. A SavedModel directory, a `.tflite` file, or a run directory (one with
-            a `config.json`), whose `export/saved_model` is used.
+        path: str. A SavedModel directory, a `.tflite` file, a CTranslate2 directory, or
+            a run directory (one with a `config.json`), whose `export/saved_model` is
+            used.
         export_if_missing: bool. Export a run directory that has no SavedModel yet (as
             `export RUN_DIR` does, with its newest weights) instead of failing.
         verbose: bool. Log a line when exporting.
@@ -203,12 +293,13 @@ def resolve_artifact(path, *, export_if_missing=False, verbose=True):
     path = os.fspath(path)
     if os.path.isfile(path) and path.endswith(".tflite"):
         return path
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+    if os.path.isfile(os.path.join(path, "saved_model.pb")) or files.is_ctranslate2_dir(path):
         return path
-    if not os.path.isfile(os.path.join(path, files.CONFIG)):
+    if not files.is_run_dir(path):
         raise FileNotFoundError(
             f"{path!r} is neither a SavedModel directory (with saved_model.pb), a .tflite "
-            "file nor a run directory (with config.json).")
+            f"file, a CTranslate2 directory (with {files.CTRANSLATE2_MODEL} and "
+            f"{files.CTRANSLATE2_OPTIONS}) nor a run directory (with config.json).")
     saved_model = run_saved_model(path)
     if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
         return saved_model

@@ -4,7 +4,8 @@ On a set of real sentences: the in-memory model, the SavedModel (through both lo
 and the TFLite file must produce the same token ids; cached greedy decoding must equal
 the uncached reference; a batch must decode like each sentence alone; beam search must
 match too. The dynamic-range-quantized TFLite file is compared for information only:
-int8 weights are expected to change some translations.
+int8 weights are expected to change some translations. CTranslate2 directories, when
+exported, must give the SavedModel's greedy ids on 99 % of the sentences.
 
     keras-transformer export RUN_DIR --check    (or: python -m export.check RUN_DIR)
 
@@ -103,7 +104,63 @@ def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16):
     if os.path.exists(quantized_path):
         checks.append(quantized_agreement(quantized_path, sentences, reference, texts,
                                           batch_size))
+    if files.is_ctranslate2_dir(os.path.join(export_dir, files.CTRANSLATE2)):
+        checks += ctranslate2_checks(export_dir, sentences, reference, batch_size)
     return checks, reference
+
+
+def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
+                       min_identical=0.99):
+    """Checks of the CTranslate2 directories against the SavedModel.
+
+    Greedy ids must be identical on at least `min_identical` of the sentences: the
+    engine computes the same function in other kernels, so a near-tie between two
+    tokens may break the other way (the detail names such sentences and how far apart
+    the two outputs' scores are). Beam search is compared for information only: its
+    length penalty is `length ** α`, not GNMT's. The int8 directory is information too.
+    """
+    float_dir = os.path.join(export_dir, files.CTRANSLATE2)
+    runner = runners.CTranslate2Runner(float_dir)
+    saved = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL))
+    ids, texts, scores = [], [], []
+    for start in range(0, len(sentences), batch_size):
+        batch = sentences[start:start + batch_size]
+        outputs = runner(batch)
+        ids += token_sequences(outputs["token_ids"])
+        texts += runners.translations(outputs)
+        scores += [abs(a - b) for a, b in zip(outputs["scores"], saved(batch)["scores"])]
+    differing = [i for i, (a, b) in enumerate(zip(reference, ids)) if a != b]
+    detail = f"{len(ids) - len(differing)}/{len(ids)} sentences identical"
+    if differing:
+        detail += (f" (differ: sentences {', '.join(map(str, differing[:5]))}"
+                   f"{', …' if len(differing) > 5 else ''}; output scores apart by at most "
+                   f"{max(scores[i] for i in differing):.3f})")
+    checks = [Check("CTranslate2 greedy = SavedModel (≥ 99 %)",
+                    len(ids) == len(reference)
+                    and len(differing) <= (1 - min_identical) * len(reference), detail)]
+    saved_beam = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL),
+                                          runners.BEAM_SIGNATURE)
+    beam_ids, beam_texts = run_in_batches(saved_beam, sentences, batch_size)
+    ctranslate2_ids, ctranslate2_texts = run_in_batches(
+        runners.CTranslate2Runner(float_dir, beam=True), sentences, batch_size)
+    checks.append(Check(
+        "CTranslate2 beam vs SavedModel beam (information)", None,
+        f"{sum(a == b for a, b in zip(beam_ids, ctranslate2_ids))}/{len(beam_ids)} "
+        f"sentences identical; BLEU against SavedModel beam "
+        f"{_bleu(ctranslate2_texts, beam_texts):.1f}"))
+    int8_dir = os.path.join(export_dir, files.CTRANSLATE2_INT8)
+    if files.is_ctranslate2_dir(int8_dir):
+        int8_ids, int8_texts = run_in_batches(runners.CTranslate2Runner(int8_dir),
+                                              sentences, batch_size)
+        checks.append(Check(
+            "CTranslate2 int8 vs float32 (information)", None,
+            f"{sum(a == b for a, b in zip(ids, int8_ids))}/{len(ids)} sentences "
+            f"identical; BLEU against float translations {_bleu(int8_texts, texts):.1f}"))
+    return checks
+
+
+def _bleu(hypotheses, references):
+    return sacrebleu.corpus_bleu(hypotheses, [references]).score if references else 100.0
 
 
 def quantized_agreement(path, sentences, reference, texts, batch_size):
@@ -111,7 +168,7 @@ def quantized_agreement(path, sentences, reference, texts, batch_size):
     ids, quantized_texts = run_in_batches(runners.TFLiteRunner(path), sentences,
                                           batch_size)
     same = sum(a == b for a, b in zip(reference, ids))
-    bleu = sacrebleu.corpus_bleu(quantized_texts, [texts]).score if texts else 100.0
+    bleu = _bleu(quantized_texts, texts)
     return Check("quantized TFLite vs float (information)", None,
                  f"{same}/{len(ids)} sentences identical; BLEU against float "
                  f"translations {bleu:.1f}")

@@ -1,0 +1,152 @@
+"""The CTranslate2 export computes the model's function: the in-memory translator's
+greedy ids and scores, for every layer form the converter maps (post-LN and pre-LN,
+tied and untied embeddings), and the exported translator's contract on any input."""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import files
+from keras_transformer.data.text import read_lines
+from keras_transformer.data.tokenizer import END_ID, START_ID
+from keras_transformer.model import Transformer
+from keras_transformer.serving import runners
+from keras_transformer.serving.self_check import token_sequences
+from keras_transformer.serving.translator import Translator
+from tests import export_helpers
+
+pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed "
+                                          "(pip install -e '.[test]' installs it)")
+
+from keras_transformer.serving import ctranslate2_export  # noqa: E402  needs the extra
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SENTENCES = list(export_helpers.validation_sentences()[:40])
+
+
+def _export(tmp_path, translator_options=None, **model_options):
+    tokenizer = export_helpers.tiny_tokenizer()
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                    **model_options)
+    translator = Translator(model, tokenizer, **(translator_options or {}))
+    entry = ctranslate2_export.export_ctranslate2(translator, str(tmp_path))
+    return translator, entry
+
+
+@pytest.mark.parametrize("model_options", [
+    {"num_layers": 2},
+    {"num_layers": 2, "normalize_first": True, "tie_embeddings": False},
+], ids=["post-ln-tied", "pre-ln-untied"])
+def test_ctranslate2_decodes_like_the_model(tmp_path, model_options):
+    translator, _ = _export(tmp_path, **model_options)
+    expected = runners.ModuleRunner(translator)(SENTENCES)
+    found = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2)(SENTENCES)
+    # A random model repeats one token, which still depends on the source; the trained
+    # model of test_artifacts_agree.py gives each sentence its own translation.
+    assert len(set(token_sequences(expected["token_ids"]))) >= 2
+    assert token_sequences(found["token_ids"]) == token_sequences(expected["token_ids"])
+    assert runners.translations(found) == runners.translations(expected)
+    # CTranslate2 takes the suppressed PAD out of the softmax; the model keeps its
+    # probability (≈ 1/V per token for a random model, nil once trained: the trained
+    # model's scores agree to 1e-4 in test_artifacts_agree.py).
+    np.testing.assert_allclose(found["scores"], expected["scores"], rtol=5e-3)
+
+
+@pytest.mark.parametrize("model_options", [
+    {"num_layers": 2},
+    {"num_layers": 2, "normalize_first": True, "tie_embeddings": False},
+], ids=["post-ln-tied", "pre-ln-untied"])
+def test_ctranslate2_scores_a_reference_like_the_model(tmp_path, model_options):
+    """Teacher-forced log-probabilities of real translations: every weight counts here,
+    where a random model's greedy ids hardly depend on its cross-attention."""
+    import ctranslate2
+    import tensorflow as tf
+
+    translator, _ = _export(tmp_path, **model_options)
+    tokenizer, model = translator.tokenizer, translator.model
+    targets = list(read_lines(export_helpers.CORPUS / "val.de.gz")[:len(SENTENCES)])
+    source_pieces = tokenizer.tokenize(tf.constant(SENTENCES)).to_list()
+    target_pieces = tokenizer.tokenize(tf.constant(targets)).to_list()
+    scorer = ctranslate2.Translator(str(tmp_path / files.CTRANSLATE2))
+    found = scorer.score_batch([[tokenizer.id_to_piece(i) for i in ids] for ids in source_pieces],
+                               [[tokenizer.id_to_piece(i) for i in ids] for ids in target_pieces])
+    for source, target, result in zip(source_pieces, target_pieces, found):
+        logits = model({"source_ids": np.array([[START_ID, *source, END_ID]]),
+                        "target_ids": np.array([[START_ID, *target]])})
+        log_probs = tf.nn.log_softmax(logits[0]).numpy()  # (T, V)
+        expected = log_probs[np.arange(len(target) + 1), [*target, END_ID]]
+        np.testing.assert_allclose(result.log_probs, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_both_directories_hold_what_a_runner_needs(tmp_path):
+    _, entry = _export(tmp_path, num_layers=1)
+    for name, quantization in ((files.CTRANSLATE2, "float32"),
+                               (files.CTRANSLATE2_INT8, "int8")):
+        directory = tmp_path / name
+        assert files.is_ctranslate2_dir(directory)
+        assert not files.is_run_dir(directory)  # it has a config.json of its own
+        assert runners.resolve_artifact(str(directory)) == str(directory)
+        assert entry[name]["quantization"] == quantization
+        tokenizer_model = (directory / files.TOKENIZER_MODEL).read_bytes()
+        assert tokenizer_model == export_helpers.tiny_tokenizer().model_proto
+    # int8 matrices (the position tables, biases and norms stay float32).
+    assert entry[files.CTRANSLATE2_INT8]["bytes"] < 0.8 * entry[files.CTRANSLATE2]["bytes"]
+    assert not [name for name in os.listdir(tmp_path)
+                if name.startswith(files.PARTIAL_PREFIX)]
+
+
+def test_bad_input_gets_one_translation_per_sentence(tmp_path):
+    _export(tmp_path, num_layers=1)
+    runner = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2)
+    for name, sentences in export_helpers.BAD_INPUTS.items():
+        outputs = runner(sentences)
+        assert len(outputs["translations"]) == len(sentences), name
+        assert outputs["token_ids"].shape[0] == len(sentences), name
+    outputs = runner(export_helpers.EMPTY_AND_NOT)
+    export_helpers.check_only_empty_sentences_translate_to_nothing(outputs)
+    # Outputs stop at the exported limit: source ids + extra_length, END included.
+    long = runner(["x" * 10_000])["token_ids"]
+    assert long.shape[1] <= runner.options["max_source_length"] - 1
+
+
+def test_output_limit_is_each_sentences_own(tmp_path):
+    # A limit of 3 tokens past the source: random models run to it, so batching a short
+    # sentence with a long one shows whether each keeps its own limit.
+    translator, _ = _export(tmp_path, {"extra_length": 3}, num_layers=1)
+    sentences = ["A dog.", SENTENCES[0] + " " + SENTENCES[1]]
+    expected = token_sequences(runners.ModuleRunner(translator)(sentences)["token_ids"])
+    found = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2)(sentences)
+    assert token_sequences(found["token_ids"]) == expected
+    assert len(expected[0]) < len(expected[1])
+
+
+def test_an_ensemble_is_refused(tmp_path):
+    from keras_transformer.decoding.ensemble import Ensemble
+
+    tokenizer = export_helpers.tiny_tokenizer()
+    models = [Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                      num_layers=1) for _ in range(2)]
+    with pytest.raises(ValueError, match="ensemble"):
+        ctranslate2_export.model_spec(Ensemble(models), tokenizer)
+
+
+def test_translating_with_ctranslate2_never_imports_tensorflow(tmp_path):
+    _export(tmp_path, num_layers=1)
+    directory = str(tmp_path / files.CTRANSLATE2)
+    code = (
+        "import sys\n"
+        "import keras_transformer as kt\n"
+        f"translate = kt.load_translator({directory!r})\n"
+        "translations = translate(['A dog runs.', ''])\n"
+        "loaded = [m for m in ('tensorflow', 'keras', 'tensorflow_text') if m in sys.modules]\n"
+        "print(len(translations), repr(translations[1]), loaded)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=REPOSITORY)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "2 '' []"
+
