@@ -5,10 +5,13 @@
         --source test_2016_flickr.en.gz --reference test_2016_flickr.de.gz
 
 Every artifact of one export (SavedModel, TFLite float, TFLite with int8 weights,
-CTranslate2 float32 and int8) translates the same sentences, in input order, greedy and
-with beam search (the exported beam size and α), at each batch size, through the
-package's runners: raw strings in, strings out, tokenization included. A runner is
-loaded and warmed up on one batch before its clock starts. Each row gives sentences/s,
+CTranslate2 float32 and int8) translates the same sentences, greedy and with beam
+search (the exported beam size and α), at each batch size, through the package's
+runners: raw strings in, strings out, tokenization included. Batches are formed as the
+translate command forms them, by length within windows (`--order input` takes the
+sentences as they come, which makes each batch decode as long as its longest sentence). A runner is
+loaded and warmed up on one batch before its clock starts; each row is the median of
+`--repeats` passes, every artifact timed in turn within a pass. Each row gives sentences/s,
 output tokens/s (END included), cased sacreBLEU and chrF against the reference, and the
 speed ratio of the row to CTranslate2's of the same setting (float32 and int8).
 """
@@ -16,12 +19,13 @@ speed ratio of the row to CTranslate2's of the same setting (float32 and int8).
 import argparse
 import json
 import os
+import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import evaluation, files  # noqa: E402
+from keras_transformer import evaluation, files, translate  # noqa: E402
 from keras_transformer.data.text import read_lines  # noqa: E402
 from keras_transformer.serving import runners  # noqa: E402
 from keras_transformer.serving.self_check import token_sequences  # noqa: E402
@@ -53,42 +57,72 @@ def parse_arguments(argv=None):
                         default=[1],
                         help="threads of LiteRT and CTranslate2, one row each (the "
                              "SavedModel runs with TensorFlow's default threads)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="times each artifact translates the sentences (median)")
+    parser.add_argument("--order", choices=["sorted", "input"], default="sorted",
+                        help="batch by length as the translate command does (default), "
+                             "or in input order")
     parser.add_argument("--json", default=None, metavar="PATH", help="write results here")
     return parser.parse_args(argv)
 
 
-def translate_all(runner, sentences, batch_size):
-    """Returns `(seconds, token sequences, translations)` of translating `sentences`."""
+def translate_all(runner, sentences, batch_size, order):
+    """Returns `(seconds, output tokens, translations)` of translating `sentences`.
+
+    `order="sorted"` batches as the translate command does (by length within windows,
+    `translate.translate_sentences`); `"input"` takes the sentences as they come.
+    """
     runner(sentences[:batch_size])  # warm-up: tracing, allocation
-    sequences, texts = [], []
+    tokens = 0
+
+    def counting(batch):
+        nonlocal tokens
+        outputs = runner(batch)
+        tokens += sum(map(len, token_sequences(outputs["token_ids"])))
+        return outputs
+
     start = time.perf_counter()
-    for index in range(0, len(sentences), batch_size):
-        outputs = runner(sentences[index:index + batch_size])
-        sequences += token_sequences(outputs["token_ids"])
-        texts += runners.translations(outputs)
-    return time.perf_counter() - start, sequences, texts
+    if order == "sorted":
+        texts = translate.translate_sentences(counting, sentences, batch_size)
+    else:
+        texts = [text for index in range(0, len(sentences), batch_size)
+                 for text in runners.translations(counting(sentences[index:index + batch_size]))]
+    return time.perf_counter() - start, tokens, texts
 
 
 def measure(arguments, sentences, references):
-    rows = []
+    """One row per artifact, decoder, threads and batch size: the median of the repeats.
+
+    The runners stay loaded, and each repeat times every one of them in turn, so that
+    a slow spell of a shared machine falls on all of them alike.
+    """
+    loaded = {}
     for artifact in arguments.artifacts:
         path = os.path.join(arguments.export_dir, ARTIFACTS[artifact])
-        thread_counts = [None] if artifact == "saved_model" else arguments.threads
         for decoder in arguments.decoders:
-            for threads in thread_counts:
-                runner = runners.open_runner(path, beam=decoder == "beam", threads=threads)
-                for batch_size in arguments.batch_sizes:
-                    seconds, sequences, texts = translate_all(runner, sentences, batch_size)
-                    scores = evaluation.score(texts, references)
-                    rows.append({
-                        "artifact": artifact, "decoder": decoder, "batch_size": batch_size,
-                        "threads": threads or "default", "seconds": seconds,
-                        "sentences_per_second": len(sentences) / seconds,
-                        "tokens_per_second": sum(map(len, sequences)) / seconds,
-                        "bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
-                        "signatures": {name: scores[name]["signature"]
-                                       for name in ("bleu", "chrf")}})
-                    print(json.dumps(rows[-1]), flush=True)
+            for threads in [None] if artifact == "saved_model" else arguments.threads:
+                loaded[artifact, decoder, threads] = runners.open_runner(
+                    path, beam=decoder == "beam", threads=threads)
+    rows = []
+    for batch_size in arguments.batch_sizes:
+        timings = {key: [] for key in loaded}
+        for _ in range(arguments.repeats):
+            for key, runner in loaded.items():
+                timings[key].append(translate_all(runner, sentences, batch_size,
+                                                  arguments.order))
+        for (artifact, decoder, threads), runs in timings.items():
+            seconds = statistics.median(run[0] for run in runs)
+            _, tokens, texts = runs[0]
+            scores = evaluation.score(texts, references)
+            rows.append({
+                "artifact": artifact, "decoder": decoder, "batch_size": batch_size,
+                "threads": threads or "default", "seconds": seconds,
+                "all_seconds": [run[0] for run in runs],
+                "sentences_per_second": len(sentences) / seconds,
+                "tokens_per_second": tokens / seconds,
+                "bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
+                "signatures": {name: scores[name]["signature"] for name in ("bleu", "chrf")}})
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 

@@ -153,6 +153,23 @@ def test_length_limit_is_source_length_plus_extra_capped_by_max_length():
     np.testing.assert_array_equal(unbounded.lengths.numpy(), [8, 8, 8])
 
 
+@pytest.mark.parametrize("decode", [decoding.greedy_decode, decoding.beam_search])
+def test_unknown_source_width_sizes_the_buffer_by_the_batch(decode):
+    stub = PrefixTreeModel({}, fallback_token=4, max_length=64)  # never ends
+    source_ids = padded([[5, 6, 7], [5]])
+    static = decode(stub, source_ids, extra_length=2)
+    dynamic = tf.function(lambda ids: decode(stub, ids, extra_length=2),
+                          input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    found = dynamic(source_ids)
+    # The caches hold width + extra_length positions, not the model's 63.
+    buffer, _ = tf.function(
+        lambda ids: decoding.common.length_limits(stub, ids, None, 2, PAD),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)])(source_ids)
+    assert int(buffer) == source_ids.shape[1] + 2
+    np.testing.assert_array_equal(found.ids.numpy(), static.ids.numpy())
+    np.testing.assert_array_equal(found.lengths.numpy(), [5, 3])
+
+
 def test_pad_is_never_emitted():
     stub = PrefixTreeModel({(5,): {PAD: 0.6, 7: 0.4}, (5, 7): {END: 1.0}})
     np.testing.assert_array_equal(

@@ -9,7 +9,7 @@ is reordered by one `tf.gather` per tensor) and the `K` best finished ones. A st
 expands the alive ones and takes the `2K` best candidates (at most `K` of them end, so
 `K` alive ones always remain): those among the best `K` that ended join the finished set,
 as in fairseq's beam search (so a beam of one is greedy decoding), and the `K` best that
-did not end stay alive. Shapes stay static apart from the batch, as in greedy decoding.
+did not end stay alive. Sizes stay fixed through the loop, as in greedy decoding.
 Shape legend as in `common.py`; `K` is the beam size.
 """
 
@@ -162,7 +162,7 @@ class _BeamSearch:
         finished_tokens, finished_scores, finished_normalized = finished
         penalty = gnmt_length_penalty(length, self.length_penalty)
         normalized = tf.where(entering, scores / penalty, FORBIDDEN)  # (B, 2K)
-        width = tokens.shape[-1]
+        width = tokens.shape[-1] or tf.shape(tokens)[-1]  # C + 1, static when it can be
         all_tokens = tf.reshape(tf.concat(
             [tf.reshape(finished_tokens, [self.batch, -1, width]),
              tf.reshape(tokens, [self.batch, -1, width])], axis=1), [-1, width])  # (B*3K, C+1)

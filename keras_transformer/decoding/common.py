@@ -1,6 +1,6 @@
 """What greedy decoding and beam search share: the result type, length limits, scoring.
 
-Shape legend: B batch, S source length, L output length, C the static output cap, V
+Shape legend: B batch, S source length, L output length, C the output cap, V
 vocabulary, N decoder layers, H heads.
 """
 
@@ -89,24 +89,31 @@ def pad_width(ids, multiple, pad_id=PAD_ID, limit=None):
 
 
 def length_limits(model, source_ids, max_length, extra_length, pad_id):
-    """Returns `(buffer_length, limits)`: the static output cap and each sentence's limit.
+    """Returns `(buffer_length, limits)`: the output cap and each sentence's limit.
 
-    `buffer_length` (a Python int, `C`) sizes the token buffers and the caches; it is as
-    small as the static shapes allow. `limits` (int32 `(B,)`) is how many output tokens
-    each sentence may have: min(its source length + `extra_length`, `C`) (§6.1: "input
-    length + 50").
+    `buffer_length` (`C`) sizes the token buffers and the caches: min(`model.max_length`
+    - 1, `max_length`, source width + `extra_length`). It is a Python int when the
+    source width is static, else an int32 scalar: an exported translator then sizes its
+    caches by the widest source of each batch rather than by the model's `max_length`,
+    and every step reads and writes `C` cache positions per sentence (with the
+    `multi30k` preset, 70 instead of 255 for a sentence of 20 pieces). `limits` (int32
+    `(B,)`) is how many output tokens each sentence may have: min(its source length +
+    `extra_length`, `C`) (§6.1: "input length + 50").
     """
     # Positions 0..C-1 are fed to the decoder, and the start token plus C tokens must fit
     # the model's `max_length`, which counts start and end tokens.
     buffer_length = model.max_length - 1
     if max_length is not None:
         buffer_length = min(buffer_length, max_length)
-    static_source_length = source_ids.shape[1]
-    if extra_length is not None and static_source_length is not None:
-        buffer_length = min(buffer_length, static_source_length + extra_length)
     if buffer_length < 1:
         raise ValueError(f"No output token fits: max_length={max_length}, "
                          f"model.max_length={model.max_length}.")
+    if extra_length is not None:
+        width = source_ids.shape[1]
+        if width is not None:
+            buffer_length = min(buffer_length, width + extra_length)
+        else:
+            buffer_length = tf.minimum(buffer_length, tf.shape(source_ids)[1] + extra_length)
     limits = tf.fill(tf.shape(source_ids)[:1], buffer_length)  # (B,)
     if extra_length is not None:
         source_lengths = tf.reduce_sum(tf.cast(source_ids != pad_id, tf.int32), axis=1)

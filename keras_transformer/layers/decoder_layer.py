@@ -182,13 +182,12 @@ class DecoderLayer(keras.layers.Layer):
 def write_position(cache, index, new, axis):
     """Returns `cache` with position `index` of `axis` set to `new` (size 1 on `axis`).
 
-    `cache` is `(B, ...)` with static sizes after the batch: `(B, H, K, T_max)` keys
+    `cache` is `(B, ...)`, of one size through a decoding loop: `(B, H, K, T_max)` keys
     (`axis=3`) or `(B, H, T_max, K)` values (`axis=2`). A scatter of the one position
     (`TensorScatterUpdate`, a core op) instead of a select that reads and rewrites every
     position at every step. TensorFlow updates the cache buffer in place when it can
     (else it copies it once); TFLite lowers the scatter to builtins (`SCATTER_ND` and
-    arithmetic over the cache), as it has no builtin for this op. Shapes stay static,
-    for TFLite and XLA.
+    arithmetic over the cache), as it has no builtin for this op.
     """
     shape = ops.shape(cache)
     inner = math.prod(shape[axis + 1:])
