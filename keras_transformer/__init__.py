@@ -4,7 +4,7 @@
 
     config = kt.preset_config("tiny")                 # or "multi30k", "paper_base", ...
     kt.train(config, "runs/tiny")                     # model.fit, resumable
-    translate = kt.load_translator("runs/tiny")       # run dir, SavedModel or .tflite
+    translate = kt.load_translator("runs/tiny")       # run dir or any exported artifact
     translate(["A man rides a bike."])                # -> ["Ein Mann fährt Fahrrad."]
 
 The package follows the data flow: `data` (text → ids → batches), `layers` and `model`,

@@ -84,8 +84,9 @@ class TrainConfig:
     epochs: int = 10
     steps_per_epoch: int | None = None
     gradient_accumulation_steps: int = 1
+    # None: float32, except bfloat16 on the JAX backend with a GPU (`distribution`).
     mixed_precision: str | None = None
-    jit_compile: bool = False
+    jit_compile: bool = False  # XLA on TensorFlow; the JAX backend always compiles
     checkpoint_every_steps: int = 500  # also how often the resumable backup is written
     keep_checkpoints: int = 5
     log_every_steps: int = 100  # TensorBoard step-level summaries

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, decoding
+from keras_transformer.decoding import portable
 
 PAD, START, END = 0, 2, 3
 MAX_LENGTH = 10
@@ -34,6 +35,7 @@ class PrefixTreeModel:
 
     def __init__(self, tree, vocabulary_size=16, max_length=32, fallback_token=END):
         self.max_length = max_length
+        self.vocabulary_size = vocabulary_size
         prefixes = sorted(set(tree) | {prefix + (token,) for prefix, options in tree.items()
                                        for token in options}, key=lambda p: (len(p), p))
         state = {prefix: i for i, prefix in enumerate(prefixes)}
@@ -470,3 +472,28 @@ def test_a_beam_of_one_without_length_penalty_is_greedy_on_any_stub(seed, limit)
     np.testing.assert_array_equal(beam.ids.numpy(), greedy.ids.numpy())
     np.testing.assert_allclose(beam.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
 
+
+
+def _without_padding(ids):
+    return [tuple(int(token) for token in row if token != PAD) for row in np.asarray(ids)]
+
+
+@pytest.mark.parametrize("options", [{}, {"max_length": 4}, {"extra_length": 2}],
+                         ids=["default", "max_length", "extra_length"])
+def test_portable_greedy_gives_the_tensorflow_decoders_ids(model, options):
+    source_ids = padded(SOURCES + [[END]])  # the last one has nothing to translate
+    expected = decoding.greedy_decode(model, source_ids, **options).ids
+    found = portable.compiled_greedy_ids(model, **options)(source_ids)
+    assert _without_padding(found) == _without_padding(expected)
+    assert _without_padding(found)[-1] == (END,)
+
+
+def test_portable_greedy_stops_each_sentence_at_its_end_or_limit():
+    tree = {**sequence_tree(5, [7, 8, END]), **sequence_tree(8, [9, END]),
+            **sequence_tree(14, [10, 11, 12, 13, 12, 11])}  # the last never ends
+    stub = PrefixTreeModel(tree)
+    source_ids = padded([[5, 6, END], [8, END], [14, END]])
+    expected = decoding.greedy_decode(stub, source_ids, extra_length=3).ids
+    found = portable.greedy_ids(stub, source_ids, extra_length=3)
+    assert _without_padding(found) == _without_padding(expected) == [
+        (7, 8, END), (9, END), (10, 11, 12, 13, 12)]

@@ -196,9 +196,9 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
     """A batch whose loss weights are infinite (a broken data stage) poisons update 4."""
     make_datasets = training.make_datasets
 
-    def poisoned_datasets(config, tokenizer, splits, position):
+    def poisoned_datasets(config, tokenizer, splits, position, **options):
         train_data, validation_data, steps = make_datasets(config, tokenizer, splits,
-                                                           position)
+                                                           position, **options)
 
         def poison(index, batch):
             inputs, targets, weights = batch

@@ -89,7 +89,8 @@ def bucket_lengths(boundaries, max_length):
 
 
 def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=True,
-                 seed=0, repeat=False, start_batch=0, pad_to_bucket=False, verbose=True):
+                 seed=0, repeat=False, start_batch=0, pad_to_bucket=False, rows_multiple=1,
+                 verbose=True):
     """Builds the training (or evaluation) pipeline of one split.
 
     Tokenizes with `tokenize_pairs`, then batches with `batch_pairs` (see there for the
@@ -106,6 +107,7 @@ def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=
             `steps_per_epoch` to `fit`).
         start_batch: int. Number of batches of the stream to leave out at its start.
         pad_to_bucket: bool. Pad every batch to its bucket's full size and length.
+        rows_multiple: int. See `batch_pairs`.
         verbose: bool. Print one line with the number of pairs dropped as too long.
 
     Returns:
@@ -115,11 +117,12 @@ def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=
                                      verbose=verbose)
     return batch_pairs(pairs, batch_tokens=batch_tokens, max_length=max_length,
                        shuffle=shuffle, seed=seed, repeat=repeat, start_batch=start_batch,
-                       pad_to_bucket=pad_to_bucket)
+                       pad_to_bucket=pad_to_bucket, rows_multiple=rows_multiple)
 
 
 def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat=False,
-                start_batch=0, pad_to_bucket=False, subword_alpha=DataConfig.subword_alpha):
+                start_batch=0, pad_to_bucket=False, rows_multiple=1,
+                subword_alpha=DataConfig.subword_alpha):
     """Cuts tokenized pairs into length-bucketed batches, pass after pass.
 
     Pass `p` over the data (numbered from 0) visits the pairs in the order of a
@@ -150,6 +153,8 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
             length, with rows and positions of `PAD_ID` (loss weight 0), so that the
             batches take one shape per bucket: for `jit_compile`, where each new shape
             is a new XLA compilation. The pairs and their order are the same either way.
+        rows_multiple: int. With `pad_to_bucket`, pad the rows further, to a multiple
+            of this (the devices that share each batch); the pairs stay the same.
         subword_alpha: float > 0. For pairs with `candidates` and `shuffle`: each pass
             draws a segmentation of every sentence with probability ∝ P^`subword_alpha`
             (values near 0 draw almost uniformly, large ones the most likely one).
@@ -164,7 +169,8 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
     batch_sizes = tf.constant(bucket_batch_sizes(boundaries, max_length, batch_tokens),
                               tf.int64)
     buckets = tf.constant(_buckets(pairs, boundaries), tf.int64)  # (N,)
-    shapes = (tf.stack([batch_sizes, tf.constant(bucket_lengths(boundaries, max_length),
+    padded_rows = -(-batch_sizes // rows_multiple) * rows_multiple  # rounded up
+    shapes = (tf.stack([padded_rows, tf.constant(bucket_lengths(boundaries, max_length),
                                                  tf.int64)], axis=1)
               if pad_to_bucket else None)  # (buckets, 2): rows and length of a full batch
 

@@ -8,6 +8,8 @@ needs nothing but TensorFlow (or LiteRT) and tf-text's ops to translate.
 Public API:
     - `Translator(model, tokenizer, ...)`: `translate(sentences)` (greedy),
       `translate_beam(sentences)`, `source_ids(sentences)`, `signatures()`.
+    - `source_ids(tokenizer, sentences, max_length)`: what every translator feeds the
+      model.
     - `save_saved_model(translator, directory)`: a SavedModel with `serving_default`
       (greedy) and `beam_search` signatures.
     - `convert_to_tflite(translator, quantize=False)`: the same two signatures as TFLite
@@ -88,20 +90,8 @@ class Translator(tf.Module):
         return self._untracked.model
 
     def source_ids(self, sentences):
-        """Returns int32 `(B, S)` source ids: START, pieces, END, then padding.
-
-        Sentences with more pieces than fit `model.max_length` are cut (START and END
-        always fit); `S` is the longest row of this batch.
-        """
-        # `to_tensor` with a static width truncates longer rows; the only ragged op,
-        # which TFLite runs as tf-text's RaggedTensorToTensor kernel.
-        pieces = self.tokenizer.tokenize(sentences).to_tensor(
-            default_value=PAD_ID, shape=[None, self.model.max_length - 2])  # (B, S - 2)
-        ids = add_start_end(pieces)  # (B, max_length)
-        # Short batches need not pay for the full width in every attention.
-        lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # (B,)
-        width = tf.reduce_max(tf.concat([lengths, [2]], axis=0))
-        return ids[:, :width]  # (B, S)
+        """Returns int32 `(B, S)` source ids: see `source_ids`."""
+        return source_ids(self.tokenizer, sentences, self.model.max_length)
 
     @tf.function(input_signature=[_SENTENCES_SPEC])
     def translate(self, sentences):
@@ -144,6 +134,23 @@ class Translator(tf.Module):
         _check_exportable(self)
         return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
                 BEAM_SIGNATURE: self.translate_beam.get_concrete_function()}
+
+
+def source_ids(tokenizer, sentences, max_length):
+    """Returns int32 `(B, S)` source ids of `sentences`: START, pieces, END, then padding.
+
+    Sentences with more pieces than fit `max_length` (the model's) are cut (START and
+    END always fit); `S` is the longest row of this batch.
+    """
+    # `to_tensor` with a static width truncates longer rows; the only ragged op,
+    # which TFLite runs as tf-text's RaggedTensorToTensor kernel.
+    pieces = tokenizer.tokenize(sentences).to_tensor(
+        default_value=PAD_ID, shape=[None, max_length - 2])  # (B, S - 2)
+    ids = add_start_end(pieces)  # (B, max_length)
+    # Short batches need not pay for the full width in every attention.
+    lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # (B,)
+    width = tf.reduce_max(tf.concat([lengths, [2]], axis=0))
+    return ids[:, :width]  # (B, S)
 
 
 def save_saved_model(translator, directory):

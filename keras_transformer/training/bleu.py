@@ -4,8 +4,9 @@ Token accuracy and loss measure teacher-forced prediction; BLEU measures transla
 `ValidationTranslator` translates validation sentences with the model being trained
 through the graph that is exported (`serving.translator.Translator.translate`: the run's
 tokenizer, greedy decoding, detokenization, all in one `tf.function`; the decoding
-compiled with XLA unless asked otherwise): the one way training translates, shared by
-`BleuCallback` and `monitoring.TranslationMonitor`. `BleuCallback` scores the
+compiled with XLA unless asked otherwise), or on Keras's other backends with the same
+greedy rule in `keras.ops` (`decoding.portable`): the one way training translates,
+shared by `BleuCallback` and `monitoring.TranslationMonitor`. `BleuCallback` scores the
 translations with sacreBLEU (detokenized, cased, `13a`), logs the score to TensorBoard
 and the console, keeps the best-scoring weights, and can stop training when the score
 stops improving. Final scores come from `keras_transformer.evaluation`, on the exported
@@ -17,12 +18,16 @@ import logging
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 from sacrebleu.metrics import BLEU
 
 from keras_transformer import files
 from keras_transformer.data import corpus
-from keras_transformer.data.tokenizer import Tokenizer
+from keras_transformer.data.tokenizer import PAD_ID, Tokenizer
+from keras_transformer.decoding import portable
+from keras_transformer.decoding.common import XLA_SOURCE_WIDTH_STEP
+from keras_transformer.serving import translator as translator_lib
 from keras_transformer.serving.translator import Translator
 from keras_transformer.training import distribution
 
@@ -54,31 +59,68 @@ class ValidationTranslator:
         self.batch_size = batch_size
         self.max_length = max_length
         self.jit_compile = jit_compile
-        self._translator = None
+        self._translator = None  # a Translator, on TensorFlow
+        self._portable = None  # (model, compiled decoder), on other backends
 
     def translator(self, model):
-        """Returns the `Translator` of `model` (made on the first call)."""
+        """Returns the `Translator` of `model` (made on the first call; TensorFlow)."""
         if self._translator is None or self._translator.model is not model:
-            if isinstance(self.tokenizer, (str, os.PathLike)):
-                self.tokenizer = Tokenizer.load(self.tokenizer)
-            self._translator = Translator(model, self.tokenizer,
+            self._translator = Translator(model, self.load_tokenizer(),
                                           max_output_length=self.max_length,
                                           jit_compile=self.jit_compile)
         return self._translator
 
     def translate(self, model, sentences):
         """Returns `(translations, token_ids)`: a list of str and a list of int arrays."""
-        translator = self.translator(model)
+        translate_batch = (self.translator(model).translate
+                           if keras.backend.backend() == "tensorflow"
+                           else self._portable_translator(model))
         order = sorted(range(len(sentences)), key=lambda index: len(sentences[index]))
         translations, token_ids = [None] * len(sentences), [None] * len(sentences)
         for start in range(0, len(order), self.batch_size):
             chosen = order[start:start + self.batch_size]
-            outputs = translator.translate(tf.constant([sentences[i] for i in chosen]))
-            for index, text, ids in zip(chosen, outputs["translations"].numpy(),
-                                        outputs["token_ids"].numpy()):
+            outputs = translate_batch(tf.constant([sentences[i] for i in chosen]))
+            for index, text, ids in zip(chosen, np.asarray(outputs["translations"]),
+                                        np.asarray(outputs["token_ids"])):
                 translations[index] = text.decode("utf-8", errors="replace")
                 token_ids[index] = ids
         return translations, token_ids
+
+    def source_ids(self, model, sentences):
+        """Returns the int32 source ids `(B, S)` (NumPy) that `model` translates."""
+        return translator_lib.source_ids(self.load_tokenizer(), tf.constant(sentences),
+                                         model.max_length).numpy()
+
+    def load_tokenizer(self):
+        """Returns the `Tokenizer`, reading it from its directory on the first call."""
+        if isinstance(self.tokenizer, (str, os.PathLike)):
+            self.tokenizer = Tokenizer.load(self.tokenizer)
+        return self.tokenizer
+
+    def _portable_translator(self, model):
+        """`translate(sentences)` for a model on another backend than TensorFlow.
+
+        The exported graph cannot hold that backend's weights: the tokenizer runs as
+        TensorFlow ops, the decoding as `decoding.portable` (compiled, one program per
+        shape), so batches are padded to `batch_size` rows and to a multiple of
+        `XLA_SOURCE_WIDTH_STEP` columns.
+        """
+        if self._portable is None or self._portable[0] is not model:
+            self._portable = (model, portable.compiled_greedy_ids(
+                model, max_length=self.max_length))
+        decode, tokenizer = self._portable[1], self.load_tokenizer()
+
+        def translate_batch(sentences):
+            ids = self.source_ids(model, sentences)  # (B, S)
+            rows, width = ids.shape
+            padded_width = min(max(width, model.max_length),
+                               -(-width // XLA_SOURCE_WIDTH_STEP) * XLA_SOURCE_WIDTH_STEP)
+            padded = np.full((max(rows, self.batch_size), padded_width), PAD_ID, np.int32)
+            padded[:rows, :width] = ids
+            output_ids = decode(padded)[:rows]  # (B, C)
+            return {"translations": tokenizer.detokenize(output_ids).numpy(),
+                    "token_ids": output_ids}
+        return translate_batch
 
 
 class BleuCallback(keras.callbacks.Callback):

@@ -1,9 +1,11 @@
-"""Where training runs: the `tf.distribute` strategy and the numeric precision.
+"""Where training runs: the `tf.distribute` strategy (or on JAX, Keras's distribution)
+and the numeric precision.
 
 Nothing here knows about the model. `choose_strategy` must run before anything else
 touches TensorFlow devices, and `set_precision` before the model is built.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -17,6 +19,8 @@ from keras_transformer.config import PRECISION_POLICIES
 def choose_strategy(devices=None):
     """Returns the distribution strategy for this process.
 
+    On the TensorFlow backend, a `tf.distribute` strategy:
+
     - `TF_CONFIG` set (a cluster of workers): `MultiWorkerMirroredStrategy`.
     - `devices` given: `MirroredStrategy` over exactly those, e.g. `("/gpu:0", "/gpu:1")`.
     - Two or more visible GPUs: `MirroredStrategy` over all of them.
@@ -26,9 +30,13 @@ def choose_strategy(devices=None):
     Args:
         devices: optional sequence of device names.
 
+    On Keras's other backends, Keras's own distribution (`keras_distribution`).
+
     Returns:
-        A `tf.distribute.Strategy`; enter its `scope()` to build and compile the model.
+        An object with a `scope()`: build, compile and fit the model inside it.
     """
+    if keras.backend.backend() != "tensorflow":
+        return keras_distribution(devices)
     if os.environ.get("TF_CONFIG"):
         return _MultiWorkerMirroredStrategy()
     if devices:
@@ -37,6 +45,57 @@ def choose_strategy(devices=None):
     if len(gpus) > 1:
         return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
     return tf.distribute.get_strategy()
+
+
+def keras_distribution(devices=None):
+    """Returns `keras.distribution.DataParallel` over the local devices, or no-op scope.
+
+    The JAX backend's data parallelism: every device holds the weights and computes on
+    its share of each batch (`replica_count` divides the batch's rows), and the
+    compiler sums the gradients. One device needs no distribution.
+
+    Args:
+        devices: optional sequence of Keras device names (`"gpu:0"`, …); all local
+            devices by default.
+    """
+    if os.environ.get("TF_CONFIG"):
+        raise ValueError("TF_CONFIG names a cluster of tf.distribute workers, which train "
+                         "on the TensorFlow backend: unset KERAS_BACKEND (or set it to "
+                         "tensorflow), or unset TF_CONFIG.")
+    devices = list(devices or keras.distribution.list_devices())
+    if len(devices) < 2:
+        return _OneDevice()
+    return keras.distribution.DataParallel(devices=devices)
+
+
+class _OneDevice:
+    """The scope of training on one device: nothing to set up."""
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
+def fit_scope(strategy):
+    """The scope `model.fit` runs in: Keras's distribution shards the batches that fit
+    reads only inside its scope; a `tf.distribute` strategy's fit runs outside it (in a
+    worker cluster, the checkpoints written inside it would become collectives)."""
+    if isinstance(strategy, (keras.distribution.DataParallel, keras.distribution.ModelParallel)):
+        return strategy.scope()
+    return contextlib.nullcontext()
+
+
+def replica_count(strategy):
+    """Number of devices that share each batch under `strategy` (1 without one)."""
+    if isinstance(strategy, keras.distribution.DataParallel):
+        return len(strategy.device_mesh.devices.reshape(-1))
+    return getattr(strategy, "num_replicas_in_sync", 1)
+
+
+def has_gpu():
+    """Whether the backend computes on a GPU."""
+    if keras.backend.backend() == "tensorflow":
+        return bool(tf.config.list_logical_devices("GPU"))
+    return any(device.startswith("gpu") for device in keras.distribution.list_devices())
 
 
 class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
@@ -95,6 +154,18 @@ def _tf_config():
     return json.loads(os.environ.get("TF_CONFIG") or "{}")
 
 
+def backend_precision(mixed_precision):
+    """Returns `train.mixed_precision`, where `None` means the backend's default.
+
+    `None` is float32, except on the JAX backend with a GPU, where it is bfloat16: JAX
+    runs there because the whole step compiles (XLA), and bfloat16 matmuls are what
+    makes that fast (BENCHMARKS.md, rows m1 and m2).
+    """
+    if mixed_precision is None and keras.backend.backend() == "jax" and has_gpu():
+        return "bfloat16"
+    return mixed_precision
+
+
 def set_precision(mixed_precision):
     """Sets Keras's global dtype policy; the model must be built after this call.
 
@@ -110,7 +181,7 @@ def set_precision(mixed_precision):
         raise ValueError(f"mixed_precision={mixed_precision!r} is not one of "
                          "None, 'float32', 'bfloat16', 'float16'.")
     policy = PRECISION_POLICIES[mixed_precision]
-    if policy != "float32" and not tf.config.list_logical_devices("GPU"):
+    if policy != "float32" and not has_gpu():
         if policy == "mixed_bfloat16" and cpu_has_bfloat16():
             # oneDNN runs bfloat16 matmuls natively on these: training is faster (1.45x
             # on a 2-core AVX-512 bf16 CPU, BENCHMARKS.md).

@@ -75,21 +75,24 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
         config, tokenizer = prepare_run_dir(config, run_dir, splits["train"])
         # The data resume where the backup does; the backup callback restores the rest.
         position = backup_lib.read_backup_position(os.path.join(run_dir, files.BACKUP))
+        # Under Keras's DataParallel every device takes an equal share of each batch.
+        rows_multiple = (distribution.replica_count(strategy)
+                         if keras.backend.backend() != "tensorflow" else 1)
         train_data, validation_data, steps_per_epoch = make_datasets(
-            config, tokenizer, splits, position)
+            config, tokenizer, splits, position, rows_multiple=rows_multiple)
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     previous_policy = keras.mixed_precision.global_policy()
-    distribution.set_precision(config.train.mixed_precision)
+    distribution.set_precision(distribution.backend_precision(config.train.mixed_precision))
     try:
         keras.utils.set_random_seed(config.train.seed)
         with strategy.scope():
             model = runs.build_model(config)
             schedule = make_schedule(config.train, model.hidden_dim)
             compile_model(model, config.train, make_optimizer(config.train, schedule=schedule))
-        with warnings.catch_warnings():
+        with distribution.fit_scope(strategy), warnings.catch_warnings():
             # The validation batches have no known count, so Keras learns it by reaching
             # their end, and warns that the data "ran out" each time it does.
             warnings.filterwarnings("ignore", message="Your input ran out of data")
@@ -124,8 +127,14 @@ def compile_model(model, train_config, optimizer=None):
         optimizer=optimizer or make_optimizer(train_config, model.hidden_dim),
         loss=LabelSmoothedCrossEntropy(train_config.label_smoothing, pad_id=pad_id),
         metrics=[MaskedAccuracy(pad_id=pad_id), TargetTokens(pad_id=pad_id)],
-        # "auto" never picks XLA under a strategy: say what the config says.
-        jit_compile=bool(train_config.jit_compile))
+        jit_compile=compiles_step(train_config))
+
+
+def compiles_step(train_config):
+    """Whether the training step is one XLA program: `train.jit_compile` on TensorFlow
+    (where "auto" never picks XLA under a strategy), always on JAX (whose steps run op
+    by op otherwise)."""
+    return bool(train_config.jit_compile) or keras.backend.backend() == "jax"
 
 
 def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_steps=None):
@@ -266,7 +275,7 @@ def prepare_run_dir(config, run_dir, train_text):
     return config, tokenizer
 
 
-def make_datasets(config, tokenizer, splits, position=(0, 0)):
+def make_datasets(config, tokenizer, splits, position=(0, 0), *, rows_multiple=1):
     """Returns the training and validation data, and the number of steps per epoch.
 
     Training data is one endless stream of batches, pass after pass over the data, each
@@ -281,6 +290,8 @@ def make_datasets(config, tokenizer, splits, position=(0, 0)):
         splits: dict of `ParallelText` with keys `"train"` and `"validation"`.
         position: `(epoch, batches_done)` where training resumes (see
             `backup.read_backup_position`).
+        rows_multiple: int. Pad the rows of compiled steps' batches to a multiple of
+            this (the devices of a `keras.distribution.DataParallel`).
 
     Returns:
         `(train_data, validation_data, steps_per_epoch)`; the datasets are of
@@ -294,13 +305,13 @@ def make_datasets(config, tokenizer, splits, position=(0, 0)):
                        or batching.batches_per_pass(train_pairs, **options))
     epoch, batches_done = position
     # XLA compiles the step anew for each input shape it meets: one shape per bucket.
-    pad_to_bucket = bool(config.train.jit_compile)
+    if compiles_step(config.train):
+        options.update(pad_to_bucket=True, rows_multiple=rows_multiple)
     train_data = batching.batch_pairs(train_pairs, shuffle=True, seed=config.data.seed, repeat=True,
                                   start_batch=epoch * steps_per_epoch + batches_done,
-                                  pad_to_bucket=pad_to_bucket,
                                   subword_alpha=config.data.subword_alpha, **options)
     validation_data = batching.make_dataset(splits["validation"], tokenizer, shuffle=False,
-                                        pad_to_bucket=pad_to_bucket, **options)
+                                            **options)
     return train_data, validation_data, steps_per_epoch
 
 

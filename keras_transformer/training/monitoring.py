@@ -19,11 +19,12 @@ that it then records.
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
+from keras import ops
 
 from keras_transformer import files
-from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.decoding import cross_attention
+from keras_transformer.data.tokenizer import PAD_ID, START_ID
 from keras_transformer.tools import plotting
 from keras_transformer.training import distribution
 from keras_transformer.training.bleu import ValidationTranslator
@@ -120,13 +121,14 @@ class TranslationMonitor(keras.callbacks.Callback):
     def _write_attention(self, output_ids):
         """Writes one image per decoder layer for sentence `attention_index`."""
         index = self.attention_index
-        translator = self.translator.translator(self.model)
-        source_ids = translator.source_ids(tf.constant([self.sources[index]]))  # (1, S)
+        source_ids = self.translator.source_ids(self.model, [self.sources[index]])  # (1, S)
+        # The decoder's input while it emitted `output_ids`: START, then all but the last.
+        decoder_input = np.concatenate([[START_ID], output_ids[:-1]])[None]  # (1, L)
         encoder_output = self.model.encode(source_ids, training=False)
-        attention = cross_attention(self.model, tf.constant(output_ids[None]),
-                                    encoder_output, source_ids)  # (1, N, H, L, S)
-        figures = cross_attention_figures(translator.tokenizer, source_ids[0].numpy(),
-                                          output_ids, attention[0].numpy())
+        attention = ops.convert_to_numpy(self.model.cross_attention_weights(
+            decoder_input, encoder_output, source_ids))  # (1, N, H, L, S)
+        figures = cross_attention_figures(self.translator.load_tokenizer(), source_ids[0],
+                                          output_ids, attention[0])
         for layer, figure in enumerate(figures):
             tf.summary.image(f"cross_attention/layer_{layer}",
                              plotting.figure_to_image(figure),
