@@ -65,6 +65,21 @@ def test_tflite_has_only_builtins_and_tf_text_custom_ops(exported):
         "TFText>FastSentencepieceTokenize"]
 
 
+def test_tflite_writes_its_caches_in_place_and_the_saved_model_by_scatter(exported):
+    # TFLite lowers a scatter to SCATTER_ND plus arithmetic over the whole cache at every
+    # step; its DYNAMIC_UPDATE_SLICE writes one position in place. TensorFlow without
+    # XLA runs a slice update op by op through XLA, so the SavedModel keeps the scatter.
+    with open(exported.tflite, "rb") as file:
+        ops = export_checks.tflite_ops(file.read())
+    # Self-attention keys and values of each decoder layer, in each of two signatures.
+    layers = exported.translator.model.num_layers
+    assert ops.get("DYNAMIC_UPDATE_SLICE", 0) >= 2 * 2 * layers
+    assert "SCATTER_ND" not in ops
+    saved_model_ops = export_checks.saved_model_ops(exported.saved_model)
+    assert "TensorScatterUpdate" in saved_model_ops
+    assert "XlaDynamicUpdateSlice" not in saved_model_ops
+
+
 def test_quantized_tflite_is_smaller_and_answers(exported):
     assert os.path.getsize(exported.tflite_quantized) < os.path.getsize(exported.tflite)
     outputs = runners.TFLiteRunner(exported.tflite_quantized)(BAD_INPUTS["invalid_utf8"])

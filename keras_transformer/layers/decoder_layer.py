@@ -1,5 +1,7 @@
 """One decoder layer: masked self-attention, cross-attention, feed-forward (§3.1)."""
 
+import contextlib
+import contextvars
 import math
 
 import keras
@@ -179,16 +181,41 @@ class DecoderLayer(keras.layers.Layer):
                 "use_fused_attention": self.use_fused_attention}
 
 
+# How `write_position` writes: a scatter (the default), or a slice update while
+# `cache_writes_as_slice_updates` is active.
+_SLICE_UPDATES = contextvars.ContextVar("slice_updates", default=False)
+
+
+@contextlib.contextmanager
+def cache_writes_as_slice_updates():
+    """Within this context, decoding steps traced write their cache with a slice update.
+
+    The fastest in-place write differs by runtime, and only the code that exports knows
+    which runtime a graph is traced for: TFLite runs a slice update as its builtin
+    `DYNAMIC_UPDATE_SLICE`, in place, where it lowers the default scatter to `SCATTER_ND`
+    plus arithmetic over the whole cache; TensorFlow without XLA runs the slice update
+    (`XlaDynamicUpdateSlice`) through XLA one op at a time, slower than its scatter.
+    """
+    token = _SLICE_UPDATES.set(True)
+    try:
+        yield
+    finally:
+        _SLICE_UPDATES.reset(token)
+
+
 def write_position(cache, index, new, axis):
     """Returns `cache` with position `index` of `axis` set to `new` (size 1 on `axis`).
 
     `cache` is `(B, ...)`, of one size through a decoding loop: `(B, H, K, T_max)` keys
-    (`axis=3`) or `(B, H, T_max, K)` values (`axis=2`). A scatter of the one position
-    (`TensorScatterUpdate`, a core op) instead of a select that reads and rewrites every
-    position at every step. TensorFlow updates the cache buffer in place when it can
-    (else it copies it once); TFLite lowers the scatter to builtins (`SCATTER_ND` and
-    arithmetic over the cache), as it has no builtin for this op.
+    (`axis=3`) or `(B, H, T_max, K)` values (`axis=2`). Only the one position is
+    written, not a select that reads and rewrites every position at every step: by a
+    scatter (`TensorScatterUpdate`, a core op, which TensorFlow updates in place when it
+    can) or, within `cache_writes_as_slice_updates`, by a slice update.
     """
+    if _SLICE_UPDATES.get():
+        start = [0] * len(cache.shape)
+        start[axis] = index
+        return ops.slice_update(cache, start, ops.cast(new, cache.dtype))
     shape = ops.shape(cache)
     inner = math.prod(shape[axis + 1:])
     rows = ops.reshape(cache, (-1, shape[axis], inner))  # (B·…, T_max, inner)

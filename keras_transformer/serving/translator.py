@@ -31,6 +31,7 @@ import tensorflow as tf
 from keras_transformer import decoding
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID, add_start_end
 from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
+from keras_transformer.layers.decoder_layer import cache_writes_as_slice_updates
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
 
@@ -135,6 +136,20 @@ class Translator(tf.Module):
         return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
                 BEAM_SIGNATURE: self.translate_beam.get_concrete_function()}
 
+    def tflite_signatures(self):
+        """Returns the concrete functions to convert to TFLite, each named as its signature.
+
+        The same functions as `signatures`, traced apart (once per translator) with the
+        cache writes TFLite runs in place (`cache_writes_as_slice_updates`).
+        """
+        _check_exportable(self)
+        if getattr(self._untracked, "tflite_signatures", None) is None:
+            with cache_writes_as_slice_updates():
+                self._untracked.tflite_signatures = [
+                    _named_function(name, functools.partial(self._translate, beam=beam))
+                    for name, beam in ((GREEDY_SIGNATURE, False), (BEAM_SIGNATURE, True))]
+        return self._untracked.tflite_signatures
+
 
 def source_ids(tokenizer, sentences, max_length):
     """Returns int32 `(B, S)` source ids of `sentences`: START, pieces, END, then padding.
@@ -176,10 +191,8 @@ def convert_to_tflite(translator, quantize=False):
         quantize: bool. Dynamic-range quantization: int8 weights, float activations;
             about 4x smaller weights, and outputs that may differ from the float model's.
     """
-    _check_exportable(translator)
-    functions = [_named_function(GREEDY_SIGNATURE, translator.translate),
-                 _named_function(BEAM_SIGNATURE, translator.translate_beam)]
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, translator)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        translator.tflite_signatures(), translator)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True
     if quantize:
@@ -193,13 +206,13 @@ def _check_exportable(translator):
                          "decoders are XLA programs): export one with jit_compile=False.")
 
 
-def _named_function(name, method):
-    """Returns `method` as a concrete function called `name`.
+def _named_function(name, translate):
+    """Returns `translate(sentences)` as a concrete function called `name`.
 
     The converter names each TFLite signature after its function.
     """
     def call(sentences):
-        return method(sentences)
+        return translate(sentences)
 
     call.__name__ = name
     return tf.function(call, input_signature=[_SENTENCES_SPEC]).get_concrete_function()
