@@ -190,6 +190,10 @@ class Transformer(keras.Model):
         encoder_output = self.encode(source_ids, training=training)
         return self.decode(target_ids, encoder_output, source_ids, training=training)
 
+    # Entries of the decoding cache that are the same for every hypothesis of a sentence:
+    # beam search copies them to each hypothesis once and never reorders them.
+    sentence_cache_entries = ("cross_keys", "cross_values", "source_padding_mask")
+
     def init_cache(self, encoder_output, source_ids, max_length):
         """Returns the decoding cache for `max_length` target positions.
 

@@ -393,6 +393,30 @@ def test_gathering_cache_rows_reorders_the_hypotheses(model):
     np.testing.assert_allclose(reordered, expected[3:], atol=1e-5)
 
 
+class GatherEveryCacheEntry:
+    """The model, with beam search told to reorder every entry of its cache."""
+
+    sentence_cache_entries = ()
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def test_beam_search_skips_only_cache_entries_shared_by_a_sentences_hypotheses(model):
+    # Entries in `sentence_cache_entries` are not reordered between steps: skipping
+    # one that differs between hypotheses (the self-attention cache) changes outputs.
+    source_ids = padded(SOURCES)
+    options = dict(beam_size=3, max_length=MAX_LENGTH)
+    found = decoding.decode_function(decoding.beam_search, model, **options)(source_ids)
+    expected = decoding.decode_function(decoding.beam_search, GatherEveryCacheEntry(model),
+                                        **options)(source_ids)
+    np.testing.assert_array_equal(found.ids.numpy(), expected.ids.numpy())
+    np.testing.assert_allclose(found.scores.numpy(), expected.scores.numpy(), atol=1e-6)
+
+
 class MarkovModel:
     """A stub whose next-token logits depend on the position and the previous token.
 

@@ -9,7 +9,8 @@ members' added decoding cost. Averaging probabilities, unlike averaging weights
 vocabulary, since each reads and writes the same token ids.
 
 An `Ensemble` has the decoding interface of `Transformer` (`encode`, `init_cache`,
-`decode_step`, `decode`, `cross_attention_weights`, `max_length`, `variables`), so
+`decode_step`, `decode`, `cross_attention_weights`, `max_length`, `variables`,
+`sentence_cache_entries`), so
 `greedy_decode`, `beam_search` and `serving.translator.Translator` take it unchanged,
 and an exported ensemble is one artifact like a single model's.
 """
@@ -48,6 +49,9 @@ class Ensemble:
         self.pad_id = models[0].pad_id
         # Every member must hold every position the decoder writes.
         self.max_length = min(model.max_length for model in models)
+        self.sentence_cache_entries = tuple(sorted(
+            {name for model in models
+             for name in getattr(model, "sentence_cache_entries", ())}))
 
     @property
     def variables(self):
