@@ -486,7 +486,11 @@ def _add_translate(parser):
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="translations, one a line (default: standard output)")
     parser.add_argument("--batch-size", type=_positive_int, default=32, metavar="N",
-                        help="sentences per call (default: 32)")
+                        help="most sentences per call (default: 32)")
+    parser.add_argument("--batch-tokens", type=_positive_int, metavar="N",
+                        help="also at most N source tokens per call, padding included "
+                             "(sentences x the longest one's tokens), counted with the "
+                             "run's tokenizer")
     _add_decoder_options(parser)
     _add_threads_option(parser)
     parser.add_argument("--no-progress", action="store_true",
@@ -510,8 +514,8 @@ def _translate(args):
     with source, output as stream:
         lines = translate.warn_if_not_utf8(translate.iter_sentences(source), name)
         try:
-            translate.translate_file(translator.runner, lines, stream,
-                                     batch_size=args.batch_size, progress=progress)
+            translate.translate_file(translator.runner, lines, stream, progress=progress,
+                                     **translator.batching)
         except translate.TranslationInterrupted as stopped:
             print(f"\n{args.output or 'standard output'}: {stopped}.", file=sys.stderr)
             raise stopped.__cause__ from None
@@ -523,6 +527,7 @@ def _load_translator(args):
     translator = translate.load_translator(args.artifact, beam_size=beam_size,
                                          length_penalty=args.length_penalty,
                                          batch_size=args.batch_size,
+                                         batch_tokens=getattr(args, "batch_tokens", None),
                                          session=getattr(args, "session", False),
                                          threads=args.threads)
     logger.info("Translating with %s (%s).", translator.artifact or

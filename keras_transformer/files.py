@@ -18,6 +18,7 @@ The export directory (`serving.export`):
     saved_model/                      signatures serving_default (greedy), beam_search
     translator.tflite                 the same signatures: TFLite builtins + tf-text ops
     translator_dynamic_range.tflite   the same with int8 weights
+    tokenizer.model                   the SentencePiece model inside them (token counts)
     ctranslate2/, ctranslate2_int8/   with `--ctranslate2`: CTranslate2 models (float32,
                                       int8), each with tokenizer.model, translator.json
     export_report.json, .md           versions, config, sizes, op lists

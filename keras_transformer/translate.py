@@ -65,48 +65,83 @@ def warn_if_not_utf8(lines, name):
         yield line
 
 
-def translate_sentences(runner, sentences, batch_size=32, progress=None):
+def translate_sentences(runner, sentences, batch_size=32, progress=None, *,
+                        batch_tokens=None, count_tokens=None):
     """Returns the translations (list of str) of `sentences`, in their order.
 
     Args:
         runner: callable, list of sentences -> outputs dict (see `serving.runners`).
         sentences: list of str or bytes.
-        batch_size: int. Sentences per call.
+        batch_size: int. Most sentences per call.
         progress: optional callable, given the number of sentences done after each
             batch.
+        batch_tokens: int or `None`. Most source tokens per call, padding included
+            (sentences × the longest one's tokens), as training's `batch_tokens`; a
+            sentence longer than that is a batch of its own. Needs `count_tokens`.
+        count_tokens: callable, list of sentences -> list of their token counts (see
+            `runners.token_counter`); orders each window by these counts.
     """
-    return [translation for window in translation_windows(runner, sentences, batch_size,
-                                                          progress)
+    return [translation for window in translation_windows(
+                runner, sentences, batch_size, progress, batch_tokens=batch_tokens,
+                count_tokens=count_tokens)
             for translation in window]
 
 
-def translation_windows(runner, sentences, batch_size=32, progress=None):
+def translation_windows(runner, sentences, batch_size=32, progress=None, *,
+                        batch_tokens=None, count_tokens=None):
     """Yields the translations of consecutive windows of `sentences`, in input order.
 
-    Each window holds `WINDOW_BATCHES` batches of sentences (the last one fewer),
+    Each window holds `WINDOW_BATCHES` batches' worth of sentences (by `batch_size`),
     batched by length within the window. `sentences` may be any iterable (a file's
     lines): only one window is held at a time. Arguments as `translate_sentences`.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    if batch_tokens is not None and (batch_tokens < 1 or count_tokens is None):
+        raise ValueError(f"batch_tokens={batch_tokens} needs to be at least 1, and a "
+                         "count_tokens function.")
     sentences = iter(sentences)
     done = 0
     while window := list(itertools.islice(sentences, batch_size * WINDOW_BATCHES)):
-        order = sorted(range(len(window)), key=lambda i: len(window[i]))
+        lengths = count_tokens(window) if count_tokens else [len(line) for line in window]
         results = [None] * len(window)
-        for start in range(0, len(order), batch_size):
-            indices = order[start:start + batch_size]
+        finished = 0
+        for indices in length_batches(lengths, batch_size, batch_tokens):
             texts = runners.translations(runner([window[i] for i in indices]))
             for index, text in zip(indices, texts):
                 # One translation per line, whatever characters the detokenizer produced.
                 results[index] = " ".join(text.splitlines())
+            finished += len(indices)
             if progress:
-                progress(done + min(start + batch_size, len(order)))
+                progress(done + finished)
         done += len(window)
         yield results
 
 
-def translate_file(runner, sentences, output, *, batch_size=32, progress=None):
+def length_batches(lengths, batch_size, batch_tokens=None):
+    """Returns batches (lists of indices) of sentences of `lengths`, shortest first.
+
+    Sentences sorted by length (stably) are cut into runs of at most `batch_size`, and,
+    with `batch_tokens`, of at most `batch_tokens` padded tokens: a batch's size times
+    its longest length, which is what a call decodes. A sentence longer than
+    `batch_tokens` alone is one batch.
+    """
+    batches, batch, longest = [], [], 0
+    for index in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        wider = max(longest, lengths[index])
+        if batch and (len(batch) == batch_size or (
+                batch_tokens is not None and wider * (len(batch) + 1) > batch_tokens)):
+            batches.append(batch)
+            batch, wider = [], lengths[index]
+        batch.append(index)
+        longest = wider
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def translate_file(runner, sentences, output, *, batch_size=32, progress=None,
+                   batch_tokens=None, count_tokens=None):
     """Translates `sentences` into the binary stream `output`, one line each.
 
     Each window's translations are written (UTF-8, one per line) and flushed as soon as
@@ -116,8 +151,9 @@ def translate_file(runner, sentences, output, *, batch_size=32, progress=None):
         runner: callable, list of sentences -> outputs dict (see `serving.runners`).
         sentences: iterable of str or bytes, e.g. `iter_sentences(file)`.
         output: a binary file object.
-        batch_size: int. Sentences per call.
+        batch_size: int. Most sentences per call.
         progress: optional callable, given the number of sentences done.
+        batch_tokens, count_tokens: as in `translate_sentences`.
 
     Returns:
         The number of lines translated.
@@ -128,7 +164,9 @@ def translate_file(runner, sentences, output, *, batch_size=32, progress=None):
     """
     done = 0
     try:
-        for window in translation_windows(runner, sentences, batch_size, progress):
+        for window in translation_windows(runner, sentences, batch_size, progress,
+                                          batch_tokens=batch_tokens,
+                                          count_tokens=count_tokens):
             output.write("".join(f"{line}\n" for line in window).encode("utf-8"))
             output.flush()
             done += len(window)
@@ -172,15 +210,19 @@ class LoadedTranslator:
     Made by `load_translator`. `decoder` says how it decodes, e.g. `"beam search (beam
     4, length penalty 0.6)"`; `artifact` is the file or folder it runs (`None` for a
     run directory's model in memory); `runner` maps a list of sentences to the raw
-    outputs (`translations`, `token_ids`, `scores`).
+    outputs (`translations`, `token_ids`, `scores`); `batching` holds the batching
+    options of `translate_sentences` (`batch_size`, `batch_tokens`, `count_tokens`).
     """
 
-    def __init__(self, runner, *, artifact, beam_size, length_penalty, batch_size):
+    def __init__(self, runner, *, artifact, beam_size, length_penalty, batch_size,
+                 batch_tokens=None, count_tokens=None):
         self.runner = runner
         self.artifact = artifact
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.batch_size = batch_size
+        self.batching = dict(batch_size=batch_size, batch_tokens=batch_tokens,
+                             count_tokens=count_tokens)
 
     @property
     def decoder(self):
@@ -190,7 +232,7 @@ class LoadedTranslator:
 
     def __call__(self, sentences):
         """Returns the translations (list of str) of `sentences` (list of str or bytes)."""
-        return translate_sentences(self.runner, list(sentences), self.batch_size)
+        return translate_sentences(self.runner, list(sentences), **self.batching)
 
     def outputs(self, sentences):
         """Returns the raw outputs of one call: `translations`, `token_ids`, `scores`."""
@@ -198,7 +240,7 @@ class LoadedTranslator:
 
 
 def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
-                    session=False, threads=None):
+                    batch_tokens=None, session=False, threads=None):
     """Returns a `LoadedTranslator` for a run directory, a SavedModel or a `.tflite` file.
 
     An artifact translates as it was exported: greedy by default, or with its exported
@@ -214,7 +256,10 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
         beam_size: int or `None` (greedy decoding).
         length_penalty: float α of beam search, or `None` for the exported (or the
             paper's 0.6) value.
-        batch_size: int. Sentences per call of the artifact.
+        batch_size: int. Most sentences per call of the artifact.
+        batch_tokens: int or `None`. Most source tokens per call, padding included
+            (`translate_sentences`), counted with the run's SentencePiece model
+            (`runners.token_counter`).
         session: bool. Load a SavedModel with the session-based loader of TF Serving.
         threads: int or `None` (the runtime's default). Threads of a `.tflite` file's
             interpreter.
@@ -229,6 +274,10 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     path = os.fspath(path)
+    if batch_tokens is not None and batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}.")
+    batching = dict(batch_size=batch_size, batch_tokens=batch_tokens,
+                    count_tokens=runners.token_counter(path) if batch_tokens else None)
     is_run = files.is_run_dir(path)
     exported = _exported_decoder(runners.run_saved_model(path) if is_run else path)
     if beam_size is not None:
@@ -240,7 +289,7 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
     if is_run and not same:
         return LoadedTranslator(_run_module_runner(path, beam_size, length_penalty),
                                 artifact=None, beam_size=beam_size,
-                                length_penalty=length_penalty, batch_size=batch_size)
+                                length_penalty=length_penalty, **batching)
     if not same:
         raise ValueError(
             f"{path} was exported with beam size {exported['beam_size']} and length "
@@ -251,7 +300,7 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
     runner = runners.open_runner(artifact, beam=beam_size is not None, session=session,
                                  threads=threads)
     return LoadedTranslator(runner, artifact=artifact, beam_size=beam_size,
-                            length_penalty=length_penalty, batch_size=batch_size)
+                            length_penalty=length_penalty, **batching)
 
 
 def _exported_decoder(artifact):

@@ -51,6 +51,9 @@ def export_translator(translator, directory, *, quantize=True, ctranslate2=False
     # Checked first: a missing extra should not cost a whole export.
     ctranslate2_export = _ctranslate2_export() if ctranslate2 else None
     os.makedirs(directory, exist_ok=True)
+    # The tokenizer inside the artifacts, for who counts tokens without them.
+    files.write_bytes(os.path.join(directory, files.TOKENIZER_MODEL),
+                      translator.tokenizer.model_proto)
     saved_model_dir = os.path.join(directory, SAVED_MODEL)
     if os.path.exists(saved_model_dir):
         shutil.rmtree(saved_model_dir)

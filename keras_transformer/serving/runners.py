@@ -246,6 +246,49 @@ def tf_text_tflite_kernels():
     return [getattr(module, name) for name in sorted(dir(module)) if name.startswith("Add")]
 
 
+def tokenizer_model(artifact):
+    """Returns the path of the SentencePiece model behind `artifact`, or `None`.
+
+    The model the artifact tokenizes with: `tokenizer.model` in a CTranslate2 directory
+    or beside the artifacts of an export directory (`export` writes it there), else the
+    run's own (`RUN_DIR/tokenizer/`, for a run directory or for what it exported).
+    """
+    path = os.path.normpath(os.fspath(artifact))
+    folder = path if files.is_ctranslate2_dir(path) else os.path.dirname(path)
+    candidates = [os.path.join(folder, files.TOKENIZER_MODEL),
+                  os.path.join(os.path.dirname(folder), files.TOKENIZER, files.TOKENIZER_MODEL)]
+    if files.is_run_dir(path):
+        candidates.insert(0, os.path.join(path, files.TOKENIZER, files.TOKENIZER_MODEL))
+    return next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
+
+
+def token_counter(artifact):
+    """Returns `count(sentences) -> list of int`: the source ids `artifact` decodes from.
+
+    Counts SentencePiece pieces plus START and END with the artifact's own tokenizer
+    (`tokenizer_model`), in Python: no TensorFlow.
+
+    Raises:
+        FileNotFoundError: no tokenizer model was found; the message says where to put it.
+    """
+    path = tokenizer_model(artifact)
+    if path is None:
+        raise FileNotFoundError(
+            f"Counting tokens needs the tokenizer of {artifact}: put the run's "
+            f"{files.TOKENIZER}/{files.TOKENIZER_MODEL} beside it (export writes it "
+            "there), or batch by sentences.")
+    import sentencepiece  # here: only token counts need it
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=path)
+
+    def count(sentences):
+        texts = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s)
+                 for s in sentences]
+        return [len(ids) + 2 for ids in processor.encode(texts)]
+
+    return count
+
+
 def open_runner(path, beam=False, session=False, threads=None):
     """Returns the runner for the artifact at `path`.
 

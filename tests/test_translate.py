@@ -1,0 +1,120 @@
+"""Streaming translation: input order, bounded windows, batches by sentences or tokens."""
+
+import io
+
+import hypothesis
+import hypothesis.strategies as st
+import pytest
+
+from keras_transformer import cli, files, translate
+from keras_transformer.data.tokenizer import PAD_ID
+from keras_transformer.serving import runners
+from tests.export_helpers import tiny_export, validation_sentences
+
+
+def fake_runner(batch):
+    """A translator that is a pure function of each sentence."""
+    return {"translations": [sentence[::-1].upper() for sentence in batch]}
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.example(lengths=[10, 10, 10, 10], batch_size=8, batch_tokens=30)
+@hypothesis.given(lengths=st.lists(st.integers(1, 60), max_size=80),
+                  batch_size=st.integers(1, 10),
+                  batch_tokens=st.one_of(st.none(), st.integers(1, 120)))
+def test_length_batches_cover_every_sentence_once_within_both_limits(lengths, batch_size,
+                                                                     batch_tokens):
+    batches = translate.length_batches(lengths, batch_size, batch_tokens)
+    assert sorted(index for batch in batches for index in batch) == list(range(len(lengths)))
+    order = [lengths[index] for batch in batches for index in batch]
+    assert order == sorted(lengths)
+    for batch in batches:
+        assert 1 <= len(batch) <= batch_size
+        padded = len(batch) * max(lengths[index] for index in batch)
+        if batch_tokens is not None and len(batch) > 1:
+            assert padded <= batch_tokens
+    # Each batch is as full as the limits allow: the next sentence would not have fit.
+    for batch, following in zip(batches, batches[1:]):
+        widest = max(lengths[index] for index in batch + following[:1])
+        assert len(batch) == batch_size or (
+            batch_tokens is not None and widest * (len(batch) + 1) > batch_tokens)
+
+
+def test_a_20k_line_stream_translates_like_line_by_line_in_a_bounded_window():
+    lines = [b"line %d %s" % (i, b"x" * (i * 7919 % 23)) for i in range(20_000)]
+    read = []
+
+    def source():
+        for line in lines:
+            read.append(line)
+            yield line
+
+    translated = []
+    window = 32 * translate.WINDOW_BATCHES
+
+    def runner(batch):
+        # Never more than one window read ahead of what is written.
+        assert len(read) - len(translated) <= window
+        assert len(batch) <= 32
+        return fake_runner(batch)
+
+    output = io.BytesIO()
+
+    class Output:
+        def write(self, data):
+            output.write(data)
+            translated.extend(data.splitlines())
+
+        def flush(self):
+            pass
+
+    assert translate.translate_file(runner, source(), Output(), batch_size=32) == 20_000
+    expected = [fake_runner([line])["translations"][0].decode() for line in lines]
+    assert output.getvalue().decode().splitlines() == expected
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+
+
+def test_batching_by_tokens_translates_like_one_sentence_a_call(exported, tmp_path,
+                                                                monkeypatch):
+    sentences = list(validation_sentences())[:40]
+    count = runners.token_counter(exported.tflite)
+    one_by_one = runners.TFLiteRunner(exported.tflite)
+    expected = [runners.translations(one_by_one([sentence]))[0] for sentence in sentences]
+
+    calls = []
+    open_runner = runners.open_runner
+
+    def spying(artifact, **options):
+        runner = open_runner(artifact, **options)
+
+        def call(batch):
+            calls.append(len(batch) * max(count(batch)))
+            return runner(batch)
+        return call
+
+    monkeypatch.setattr(runners, "open_runner", spying)
+    source, target = tmp_path / "source.en", tmp_path / "target.de"
+    source.write_text("".join(f"{sentence}\n" for sentence in sentences), encoding="utf-8")
+    status = cli.main(["translate", exported.tflite, "-i", str(source), "-o", str(target),
+                       "--batch-tokens", "60", "--no-progress"])
+    assert status == 0
+    assert target.read_text(encoding="utf-8").splitlines() == expected
+    assert len(calls) > 1 and max(calls) <= 60
+
+
+def test_the_token_count_is_the_source_ids_the_artifact_decodes(exported):
+    sentences = list(validation_sentences())[:10]
+    source_ids = exported.translator.source_ids(sentences).numpy()
+    assert runners.token_counter(exported.saved_model)(sentences) == [
+        int((row != PAD_ID).sum()) for row in source_ids]
+
+
+def test_counting_tokens_without_the_tokenizer_names_where_to_put_it(exported, tmp_path):
+    alone = tmp_path / files.TFLITE
+    alone.write_bytes(open(exported.tflite, "rb").read())
+    with pytest.raises(FileNotFoundError, match="tokenizer.model beside it"):
+        translate.load_translator(str(alone), batch_tokens=100)
