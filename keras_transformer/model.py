@@ -219,6 +219,26 @@ class Transformer(keras.Model):
             "source_padding_mask": masks.padding_mask(source_ids, self.pad_id),
         }
 
+    def grow_cache(self, cache, max_length):
+        """Returns `cache` with room for `max_length` target positions (at least its own).
+
+        The self-attention keys and values get zero positions appended; what was written
+        stays. Decoders that grow the cache as they go (`cache_chunk`) read and copy fewer
+        positions at every step than one allocated for the longest output at the start.
+        """
+        cache = dict(cache)
+        length = ops.shape(cache["self_values"][0])[2]
+        grown = ops.maximum(max_length - length, 0)
+
+        def append(tensor, axis):
+            shape = [ops.shape(tensor)[i] for i in range(4)]
+            shape[axis] = grown
+            return ops.concatenate([tensor, ops.zeros(shape, tensor.dtype)], axis=axis)
+
+        cache["self_keys"] = [append(keys, 3) for keys in cache["self_keys"]]
+        cache["self_values"] = [append(values, 2) for values in cache["self_values"]]
+        return cache
+
     def decode_step(self, token_ids, cache, index):
         """Decodes one position with the cache; always returns `(logits, cache)`.
 

@@ -393,6 +393,38 @@ def test_gathering_cache_rows_reorders_the_hypotheses(model):
     np.testing.assert_allclose(reordered, expected[3:], atol=1e-5)
 
 
+@pytest.mark.parametrize("decode", [decoding.greedy_decode, decoding.beam_search])
+@pytest.mark.parametrize("chunk", [1, 3, 100])
+def test_a_cache_grown_chunk_by_chunk_decodes_like_one_allocated_at_once(model, decode,
+                                                                         chunk):
+    # The untrained tiny model runs every sentence to its limit (source + 50, capped at
+    # 30): several chunks, and a last one cut short by the limit.
+    source_ids = padded(SOURCES)
+    options = dict(max_length=30)
+    expected = decoding.decode_function(decode, model, **options)(source_ids)
+    found = decoding.decode_function(decode, model, cache_chunk=chunk,
+                                     **options)(source_ids)
+    assert expected.ids.shape[1] > 3
+    np.testing.assert_array_equal(found.ids.numpy(), expected.ids.numpy())
+    np.testing.assert_allclose(found.scores.numpy(), expected.scores.numpy(), atol=1e-5)
+
+
+def test_grow_cache_keeps_what_was_written_and_appends_empty_positions(model):
+    source_ids = padded(SOURCES)
+    cache = model.init_cache(model.encode(source_ids), source_ids, 2)
+    cache = {**cache, "self_keys": [keys + 1.0 for keys in cache["self_keys"]],
+             "self_values": [values + 2.0 for values in cache["self_values"]]}
+    grown = model.grow_cache(cache, 5)
+    for keys, values in zip(grown["self_keys"], grown["self_values"]):
+        np.testing.assert_array_equal(keys.numpy()[..., :2], 1.0)
+        np.testing.assert_array_equal(keys.numpy()[..., 2:], 0.0)
+        assert keys.shape[3] == 5 and values.shape[2] == 5
+        np.testing.assert_array_equal(values.numpy()[:, :, :2], 2.0)
+        np.testing.assert_array_equal(values.numpy()[:, :, 2:], 0.0)
+    np.testing.assert_array_equal(grown["cross_keys"][0], cache["cross_keys"][0])
+    assert model.grow_cache(grown, 3)["self_values"][0].shape[2] == 5
+
+
 class GatherEveryCacheEntry:
     """The model, with beam search told to reorder every entry of its cache."""
 

@@ -4,9 +4,10 @@ The decoder runs one new token per step (`model.decode_step`) against cached key
 values of the earlier positions and encoder keys/values projected once per sentence
 (`model.init_cache`). Every tensor a decoding loop carries keeps its size through the
 loop: a `(B, C + 1)` token buffer written at step `i` with a select, caches of `C`
-positions (`C` fixed before the loop, from the batch's source width), no
-`tf.TensorArray`, nothing ragged. So the same loop runs eagerly, inside a `tf.function`
-or SavedModel, and converts to TFLite with builtin ops only.
+positions (`C` fixed before the loop, from the batch's source width; with
+`cache_chunk`, an outer loop grows them a chunk at a time), no `tf.TensorArray`,
+nothing ragged. So the same loop runs eagerly, inside a `tf.function` or SavedModel,
+and converts to TFLite with builtin ops only.
 
 Public API (every decoder returns a `Decoded`):
     - `greedy_decode(model, source_ids, *, max_length, extra_length, ...)`.

@@ -18,6 +18,7 @@ import tensorflow as tf
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.common import (
     FORBIDDEN,
+    chunked_loop,
     constrain_first_token,
     decoded,
     has_source,
@@ -35,7 +36,7 @@ def gnmt_length_penalty(length, alpha):
 
 def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_length=None,
                 extra_length=50, start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
-                return_attention=False):
+                return_attention=False, cache_chunk=None):
     """Translates `source_ids` with beam search; returns the best hypothesis per sentence.
 
     The best hypothesis maximises log P(Y) / lp(Y). Hypotheses end at the end token or
@@ -51,8 +52,8 @@ def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_lengt
         beam_size: int. Hypotheses kept per sentence (`K`; 4 in the paper).
         length_penalty: float ≥ 0. The exponent α of the length penalty (0.6 in the
             paper; 0 ranks by log-probability alone).
-        max_length, extra_length, start_id, end_id, pad_id, return_attention: as in
-            `greedy_decode`.
+        max_length, extra_length, start_id, end_id, pad_id, return_attention,
+            cache_chunk: as in `greedy_decode`.
 
     Returns:
         A `Decoded`: the best hypothesis, its log-probability (`scores`) and its
@@ -65,7 +66,8 @@ def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_lengt
     buffer_length, limits = length_limits(model, source_ids, max_length, extra_length,
                                           pad_id)
     encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
-    cache = model.init_cache(encoder_output, source_ids, buffer_length)
+    grow = getattr(model, "grow_cache", None) if cache_chunk else None
+    cache = model.init_cache(encoder_output, source_ids, 0 if grow else buffer_length)
     batch = tf.shape(source_ids)[0]
     # Encoder keys/values are projected once per sentence, then copied to its K beams;
     # so is whether the sentence has a source.
@@ -74,7 +76,7 @@ def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_lengt
     nonempty = tf.gather(has_source(source_ids, start_id, end_id, pad_id), beam_rows)
     search = _BeamSearch(model, beam_size, length_penalty, limits, nonempty, end_id,
                          pad_id)
-    steps, finished = search.run(cache, buffer_length, start_id)
+    steps, finished = search.run(cache, buffer_length, start_id, grow, cache_chunk)
     finished_tokens, finished_scores, finished_normalized = finished
     best = tf.range(batch) * beam_size  # (B,): finished beams are sorted, best first.
     ids = tf.gather(finished_tokens, best)[:, 1:steps + 1]  # (B, L)
@@ -96,8 +98,11 @@ class _BeamSearch:
         self.pad_id = pad_id
         self.batch = tf.shape(limits)[0]
 
-    def run(self, cache, buffer_length, start_id):
-        """Returns `(steps, (tokens (B*K, C+1), scores (B, K), normalized (B, K)))`."""
+    def run(self, cache, buffer_length, start_id, grow=None, cache_chunk=None):
+        """Returns `(steps, (tokens (B*K, C+1), scores (B, K), normalized (B, K)))`.
+
+        With `grow`, the cache grows by `cache_chunk` positions at a time.
+        """
         rows = self.batch * self.beam_size
         tokens = write_position(tf.fill([rows, buffer_length + 1], self.pad_id), 0,
                                 tf.fill([rows], start_id))  # (B*K, C + 1)
@@ -117,8 +122,13 @@ class _BeamSearch:
             del done  # recomputed from the new state
             return self.step(index, alive_tokens, alive_scores, finished, cache)
 
-        steps, _, _, finished, _, _ = while_loop(
-            not_done, step, (tf.constant(0), tokens, alive_scores, finished, done, cache))
+        loop_vars = (tf.constant(0), tokens, alive_scores, finished, done, cache)
+        if grow is None:
+            steps, _, _, finished, _, _ = while_loop(not_done, step, loop_vars)
+        else:
+            steps, _, _, finished, _, _ = chunked_loop(
+                not_done, step, loop_vars, grow=grow, chunk=cache_chunk,
+                buffer_length=buffer_length)
         return steps, finished
 
     def step(self, index, alive_tokens, alive_scores, finished, cache):

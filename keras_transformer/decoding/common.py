@@ -93,10 +93,10 @@ def length_limits(model, source_ids, max_length, extra_length, pad_id):
 
     `buffer_length` (`C`) sizes the token buffers and the caches: min(`model.max_length`
     - 1, `max_length`, source width + `extra_length`). It is a Python int when the
-    source width is static, else an int32 scalar: an exported translator then sizes its
-    caches by the widest source of each batch rather than by the model's `max_length`,
-    and every step reads and writes `C` cache positions per sentence (with the
-    `multi30k` preset, 70 instead of 255 for a sentence of 20 pieces). `limits` (int32
+    source width is static, else an int32 scalar: an exported translator then bounds its
+    caches by the widest source of each batch rather than by the model's `max_length`
+    (with the `multi30k` preset, 70 positions instead of 255 for a sentence of 20
+    pieces), and grows them up to that bound as it decodes (`chunked_loop`). `limits` (int32
     `(B,)`) is how many output tokens each sentence may have: min(its source length +
     `extra_length`, `C`) (§6.1: "input length + 50").
     """
@@ -168,18 +168,49 @@ def write_position(tokens, index, new_ids):
     return tf.where(positions[None, :] == index, new_ids[:, None], tokens)
 
 
-def while_loop(condition, body, loop_vars):
+def while_loop(condition, body, loop_vars, growing_cache=False):
     """`tf.while_loop` whose loop variables may change their batch size (axis 0).
 
     Keeps the static shape of every other axis, so the loop still lowers to TFLite
     builtins, while ops that lose the static batch inside the body (a reshape by
     `tf.shape`, say) cannot fail the shape check when the batch is static (batch 1).
+    With `growing_cache`, the last loop variable (the decoding cache) keeps only the
+    rank of its tensors: `chunked_loop` grows it between iterations.
     """
     loop_vars = tf.nest.map_structure(tf.convert_to_tensor, loop_vars)
     invariants = tf.nest.map_structure(
         lambda tensor: tf.TensorShape([None, *tensor.shape[1:]]) if tensor.shape.rank
         else tensor.shape, loop_vars)
+    if growing_cache:
+        invariants = (*invariants[:-1], tf.nest.map_structure(
+            lambda tensor: tf.TensorShape([None] * tensor.shape.rank), loop_vars[-1]))
     return tf.while_loop(condition, body, loop_vars, shape_invariants=invariants)
+
+
+def chunked_loop(condition, body, loop_vars, *, grow, chunk, buffer_length):
+    """Runs `while_loop(condition, body, loop_vars)`, growing the cache as it goes.
+
+    Loop states are `(index, *rest, cache)`. The cache starts with no positions; before
+    position `index` is decoded, `grow(cache, length)` (the model's `grow_cache`) gives
+    it room up to `min(index + chunk, buffer_length)`, and an inner loop decodes until
+    that room is full. The outputs are those of `while_loop` over a cache of
+    `buffer_length` positions: the positions not yet written are masked either way.
+
+    Why: every step reads its whole cache (attention) and writes it whole (TFLite's WHILE
+    copies every loop variable at every iteration; beam search reorders it), so a cache
+    sized for the longest output allowed (source length + 50, §6.1) costs most of a
+    step at large batches, where the translations end after 10 to 30 tokens.
+    """
+    def grow_then_decode(index, *state):
+        length = tf.minimum(index + chunk, buffer_length)
+        cache = grow(state[-1], length)
+
+        def room_left(index, *state):
+            return tf.logical_and(index < length, condition(index, *state))
+
+        return while_loop(room_left, body, (index, *state[:-1], cache))
+
+    return while_loop(condition, grow_then_decode, loop_vars, growing_cache=True)
 
 
 def decoded(model, ids, scores, normalized_scores, encoder_output, source_ids, start_id,

@@ -9,8 +9,8 @@ members' added decoding cost. Averaging probabilities, unlike averaging weights
 vocabulary, since each reads and writes the same token ids.
 
 An `Ensemble` has the decoding interface of `Transformer` (`encode`, `init_cache`,
-`decode_step`, `decode`, `cross_attention_weights`, `max_length`, `variables`,
-`sentence_cache_entries`), so
+`decode_step`, `grow_cache`, `decode`, `cross_attention_weights`, `max_length`,
+`variables`, `sentence_cache_entries`), so
 `greedy_decode`, `beam_search` and `serving.translator.Translator` take it unchanged,
 and an exported ensemble is one artifact like a single model's.
 """
@@ -49,6 +49,8 @@ class Ensemble:
         self.pad_id = models[0].pad_id
         # Every member must hold every position the decoder writes.
         self.max_length = min(model.max_length for model in models)
+        if not all(hasattr(model, "grow_cache") for model in models):
+            self.grow_cache = None  # decoders then allocate every member's cache at once
         self.sentence_cache_entries = tuple(sorted(
             {name for model in models
              for name in getattr(model, "sentence_cache_entries", ())}))
@@ -66,6 +68,11 @@ class Ensemble:
         """Returns the members' decoding caches, a tuple (batch on axis 0 throughout)."""
         return tuple(model.init_cache(output, source_ids, max_length)
                      for model, output in zip(self.models, encoder_outputs))
+
+    def grow_cache(self, caches, max_length):
+        """Returns the members' caches, each grown to `max_length` positions."""
+        return tuple(model.grow_cache(cache, max_length)
+                     for model, cache in zip(self.models, caches))
 
     def decode_step(self, token_ids, caches, index):
         """Returns `(log_probs, caches)`: float32 `(B, V)` log of the mean probability.

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.common import (
+    chunked_loop,
     constrain_first_token,
     decoded,
     has_source,
@@ -18,7 +19,8 @@ from keras_transformer.decoding.common import (
 
 
 def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
-                  start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False):
+                  start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False,
+                  cache_chunk=None):
     """Translates `source_ids` by picking the most probable token at each step (cached).
 
     Each step feeds one token to `model.decode_step`. A sentence stops at its end token
@@ -38,6 +40,10 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
             (50 in the paper, §6.1); `None` for no source-relative limit.
         start_id, end_id, pad_id: int. Special token ids.
         return_attention: bool. Also fill `Decoded.attention`.
+        cache_chunk: int or `None`. Grow the cache by this many positions at a time
+            (`common.chunked_loop`, for a model with `grow_cache`) instead of
+            allocating all `max_length` at the start: the same outputs, for less memory
+            traffic at every step. Not under XLA, which needs the cache's size fixed.
 
     Returns:
         A `Decoded` with `normalized_scores=None`.
@@ -46,14 +52,15 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
     buffer_length, limits = length_limits(model, source_ids, max_length, extra_length,
                                           pad_id)
     encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
-    cache = model.init_cache(encoder_output, source_ids, buffer_length)
+    grow = getattr(model, "grow_cache", None) if cache_chunk else None
+    cache = model.init_cache(encoder_output, source_ids, 0 if grow else buffer_length)
 
     def step(tokens, index, cache):
         return model.decode_step(tokens[:, index], cache, index)  # (B, V), cache
 
     nonempty = has_source(source_ids, start_id, end_id, pad_id)
     ids, scores = _greedy_loop(step, cache, limits, nonempty, buffer_length, start_id,
-                               end_id, pad_id)
+                               end_id, pad_id, grow=grow, cache_chunk=cache_chunk)
     return decoded(model, ids, scores, None, encoder_output, source_ids, start_id, pad_id,
                    return_attention)
 
@@ -84,11 +91,13 @@ def uncached_greedy_decode(model, source_ids, *, max_length=None, extra_length=5
                    return_attention)
 
 
-def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id, pad_id):
+def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id, pad_id,
+                 grow=None, cache_chunk=None):
     """Runs `step(tokens, index, state) -> (logits, state)` greedily.
 
     `tokens` is the `(B, C + 1)` buffer holding the start token and the outputs so far;
-    `nonempty` (bool `(B,)`) says which sentences have a source (`has_source`).
+    `nonempty` (bool `(B,)`) says which sentences have a source (`has_source`). With
+    `grow`, the state (the cache) grows by `cache_chunk` positions at a time.
 
     Returns:
         `(ids, scores)`: int32 `(B, L)` outputs of the `L` steps run and float32 `(B,)`
@@ -116,6 +125,11 @@ def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id,
         finished = finished | (next_ids == end_id) | (index + 1 >= limits)
         return index + 1, tokens, finished, scores, state
 
-    steps, tokens, _, scores, _ = while_loop(
-        not_done, decode_one, (tf.constant(0), tokens, finished, scores, state))
+    loop_vars = (tf.constant(0), tokens, finished, scores, state)
+    if grow is None:
+        steps, tokens, _, scores, _ = while_loop(not_done, decode_one, loop_vars)
+    else:
+        steps, tokens, _, scores, _ = chunked_loop(
+            not_done, decode_one, loop_vars, grow=grow, chunk=cache_chunk,
+            buffer_length=buffer_length)
     return tokens[:, 1:steps + 1], scores

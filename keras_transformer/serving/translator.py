@@ -35,14 +35,18 @@ from keras_transformer.layers.decoder_layer import cache_writes_as_slice_updates
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
 
+# Positions the exported decoders' caches grow by (`decoding.common.chunked_loop`).
+CACHE_CHUNK = 16
+
 
 class Translator(tf.Module):
     """Translates a batch of sentences with a `Transformer` and its `Tokenizer`.
 
     Sources are tokenized, truncated to the model's `max_length` and wrapped in START
-    and END as in training (`tokenizer.add_start_end`). Decoding is cached and its loops have
-    static shapes apart from the batch, so the same functions run eagerly, in a SavedModel
-    and in TFLite.
+    and END as in training (`tokenizer.add_start_end`). Decoding is cached, with caches
+    that grow `CACHE_CHUNK` positions at a time, and each loop's tensors keep their
+    shapes apart from the batch, so the same functions run eagerly, in a SavedModel and
+    in TFLite.
 
     Args:
         model: `keras_transformer.Transformer` (or a `decoding.ensemble.Ensemble`).
@@ -115,8 +119,10 @@ class Translator(tf.Module):
 
     def _decoder(self, beam):
         """Returns `decode(model, source_ids) -> Decoded` with this translator's options."""
+        # XLA compiles fixed shapes only: its decoders allocate the whole cache at once.
         options = dict(max_length=self.max_output_length, extra_length=self.extra_length,
-                       start_id=START_ID, end_id=END_ID, pad_id=PAD_ID)
+                       start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
+                       cache_chunk=None if self.jit_compile else CACHE_CHUNK)
         if beam:
             return functools.partial(decoding.beam_search, beam_size=self.beam_size,
                                      length_penalty=self.length_penalty, **options)
