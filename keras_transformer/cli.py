@@ -206,8 +206,9 @@ def _list_of(item_type):
 
 def _add_threads_option(parser):
     parser.add_argument("--threads", type=_positive_int, metavar="N",
-                        help="threads of a .tflite file's interpreter (default: LiteRT's) "
-                             "or of CTranslate2 (default: 1)")
+                        help="threads of the runtime: TensorFlow's for a SavedModel "
+                             "(default: 1), LiteRT's for a .tflite file (default: "
+                             "LiteRT's), CTranslate2's (default: 1)")
 
 
 def _add_decoder_options(parser, default="greedy decoding"):

@@ -1,6 +1,9 @@
 """Streaming translation: input order, bounded windows, batches by sentences or tokens."""
 
 import io
+import os
+import subprocess
+import sys
 
 import hypothesis
 import hypothesis.strategies as st
@@ -118,3 +121,19 @@ def test_counting_tokens_without_the_tokenizer_names_where_to_put_it(exported, t
     alone.write_bytes(open(exported.tflite, "rb").read())
     with pytest.raises(FileNotFoundError, match="tokenizer.model beside it"):
         translate.load_translator(str(alone), batch_tokens=100)
+
+
+@pytest.mark.parametrize("threads, expected", [(None, runners.SAVED_MODEL_DEFAULT_THREADS),
+                                               (2, 2)])
+def test_a_saved_model_runs_on_the_threads_asked_for(exported, threads, expected):
+    code = ("import sys, tensorflow as tf\n"
+            "from keras_transformer.serving import runners\n"
+            f"runner = runners.open_runner(sys.argv[1], threads={threads})\n"
+            "runner(['A dog runs.'])\n"
+            "print(tf.config.threading.get_intra_op_parallelism_threads(),"
+            " tf.config.threading.get_inter_op_parallelism_threads())\n")
+    result = subprocess.run([sys.executable, "-c", code, exported.saved_model],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == [str(expected), str(expected)]

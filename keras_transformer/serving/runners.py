@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 # CTranslate2's intra-op threads unless asked: the fastest on a 2-core CPU in
 # `benchmarks/decode_engines.py` (BENCHMARKS.md).
 CTRANSLATE2_DEFAULT_THREADS = 1
+# TensorFlow's threads for a SavedModel unless asked (`set_tensorflow_threads`).
+SAVED_MODEL_DEFAULT_THREADS = 1
 
 _EMPTY_OUTPUTS = {"translations": np.zeros([0], object),
                   "token_ids": np.zeros([0, 0], np.int32), "scores": np.zeros([0], np.float32)}
@@ -53,20 +55,48 @@ def encode_sentences(sentences):
     return np.array(encoded, dtype=object).reshape([len(encoded)])
 
 
+def set_tensorflow_threads(threads=None):
+    """Sets TensorFlow's intra- and inter-op threads in this process, if it still can.
+
+    A decoding step is hundreds of small ops run one after the other: spreading them
+    over threads costs more than it saves (`SAVED_MODEL_DEFAULT_THREADS`). TensorFlow
+    takes the setting only before it runs its first op; a process that already ran some
+    (one that trained, say) keeps its threads, with a warning if `threads` was asked for.
+
+    Args:
+        threads: int, or `None` for `SAVED_MODEL_DEFAULT_THREADS`.
+    """
+    import tensorflow as tf  # here: see SavedModelRunner
+
+    count = threads or SAVED_MODEL_DEFAULT_THREADS
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(count)
+        tf.config.threading.set_inter_op_parallelism_threads(count)
+    except RuntimeError:
+        if threads and (tf.config.threading.get_intra_op_parallelism_threads(),
+                        tf.config.threading.get_inter_op_parallelism_threads()) != (
+                            count, count):
+            logger.warning("TensorFlow already runs in this process: its threads stay as "
+                           "they are (set them before its first op).")
+
+
 class SavedModelRunner:
     """Calls a SavedModel signature loaded with `tf.saved_model.load` (TensorFlow 2).
 
     Args:
         directory: str. The SavedModel directory.
         signature: str. Signature name.
+        threads: int or `None` (`SAVED_MODEL_DEFAULT_THREADS`). TensorFlow's intra- and
+            inter-op threads (`set_tensorflow_threads`).
     """
 
-    def __init__(self, directory, signature=GREEDY_SIGNATURE):
+    def __init__(self, directory, signature=GREEDY_SIGNATURE, threads=None):
         # Imported here, as in every runner: only the runtime an artifact needs loads
         # (a .tflite file needs no TensorFlow).
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  registers the tokenizer ops of the graph
 
+        set_tensorflow_threads(threads)
         self._tf = tf
         self._loaded = tf.saved_model.load(os.fspath(directory))
         self._function = self._loaded.signatures[signature]
@@ -87,14 +117,19 @@ class SessionRunner:
     Args:
         directory: str. The SavedModel directory.
         signature: str. Signature name.
+        threads: int or `None` (`SAVED_MODEL_DEFAULT_THREADS`). The session's intra-
+            and inter-op threads (TF Serving sets its own with
+            `--tensorflow_intra_op_parallelism` and `--tensorflow_inter_op_parallelism`).
     """
 
-    def __init__(self, directory, signature=GREEDY_SIGNATURE):
+    def __init__(self, directory, signature=GREEDY_SIGNATURE, threads=None):
         import tensorflow as tf  # here: see SavedModelRunner
         import tensorflow_text  # noqa: F401
 
+        threads = threads or SAVED_MODEL_DEFAULT_THREADS
         graph = tf.Graph()
-        self._session = tf.compat.v1.Session(graph=graph)
+        self._session = tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads))
         with graph.as_default():
             meta_graph = tf.compat.v1.saved_model.loader.load(
                 self._session, [tf.saved_model.SERVING], os.fspath(directory))
@@ -296,15 +331,14 @@ def open_runner(path, beam=False, session=False, threads=None):
         path: str. A SavedModel directory, a `.tflite` file or a CTranslate2 directory.
         beam: bool. Use the beam-search signature.
         session: bool. Load the SavedModel with the session-based loader.
-        threads: int or `None`. Threads of a `.tflite` file's interpreter or of
-            CTranslate2.
+        threads: int or `None` (each runtime's default here). Threads of the runtime.
     """
     signature = BEAM_SIGNATURE if beam else GREEDY_SIGNATURE
     if os.fspath(path).endswith(".tflite"):
         return TFLiteRunner(path, signature, threads=threads)
     if files.is_ctranslate2_dir(path):
         return CTranslate2Runner(path, beam=beam, threads=threads)
-    return (SessionRunner if session else SavedModelRunner)(path, signature)
+    return (SessionRunner if session else SavedModelRunner)(path, signature, threads)
 
 
 def translations(outputs):
