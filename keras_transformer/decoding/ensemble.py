@@ -9,10 +9,10 @@ members' added decoding cost. Averaging probabilities, unlike averaging weights
 vocabulary, since each reads and writes the same token ids.
 
 An `Ensemble` has the decoding interface of `Transformer` (`encode`, `init_cache`,
-`decode_step`, `grow_cache`, `decode`, `cross_attention_weights`, `max_length`,
-`variables`, `sentence_cache_entries`), so
-`greedy_decode`, `beam_search` and `serving.translator.Translator` take it unchanged,
-and an exported ensemble is one artifact like a single model's.
+`grow_cache`, `decode_step`, `decode`, `cross_attention_weights`, `max_length`,
+`variables`, `sentence_cache_entries`), so `greedy_decode`, `beam_search` and
+`serving.translator.Translator` take it unchanged, and an exported ensemble is one
+artifact like a single model's.
 """
 
 import math
