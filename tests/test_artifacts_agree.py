@@ -6,10 +6,12 @@ import importlib.util
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer import config as config_lib
 from keras_transformer import files
 from keras_transformer.data.text import read_lines
+from keras_transformer.data.tokenizer import PAD_ID, add_start_end
 from keras_transformer.serving import export, runners, self_check
 from keras_transformer.serving.translator import Translator
 from keras_transformer.training import fit, runs
@@ -78,3 +80,26 @@ def test_ctranslate2_gives_the_models_greedy_ids_and_scores(trained_export):
 
 def _signature(beam):
     return files.BEAM_SIGNATURE if beam else files.GREEDY_SIGNATURE
+
+
+def test_the_trained_model_reads_its_sources(trained_export):
+    # A decoder that learnt only the target language (a model whose cross-attention
+    # carries nothing) scores a target as well after any source. This one must predict
+    # each target far better after its own source than after another sentence's.
+    translator, _ = trained_export
+    model, tokenizer = translator.model, translator.tokenizer
+    targets = tokenizer.tokenize(read_lines(CORPUS / "train.de.gz")[:len(SENTENCES)])
+    decoder_input = add_start_end(targets, end=False).to_tensor(PAD_ID)  # (B, T)
+    expected = add_start_end(targets, start=False).to_tensor(PAD_ID)  # (B, T)
+    source_ids = translator.source_ids(SENTENCES).numpy()
+
+    def loss_per_token(sources):
+        logits = model({"source_ids": sources, "target_ids": decoder_input})
+        log_probs = tf.nn.log_softmax(logits)
+        chosen = tf.gather(log_probs, expected, batch_dims=2)  # (B, T)
+        mask = tf.cast(expected != PAD_ID, tf.float32)
+        return float(-tf.reduce_sum(chosen * mask) / tf.reduce_sum(mask))
+
+    own = loss_per_token(source_ids)
+    others = loss_per_token(np.roll(source_ids, 1, axis=0))
+    assert others > 2 * own, (own, others)
