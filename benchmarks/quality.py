@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import common  # noqa: E402
 from keras_transformer import config as config_lib  # noqa: E402
-from keras_transformer import recipe  # noqa: E402
+from keras_transformer import files, recipe  # noqa: E402
 
 RESULTS_FILE = "BENCHMARKS.md"
 TABLE_HEADING = "## Translation quality: Multi30K, chosen on validation"
@@ -109,7 +109,7 @@ def keep_translations(run_dir, result, json_path):
     for split, decoders in splits.items():
         for decoder in decoders:
             name = f"{split}.{decoder}.{language}"
-            source = os.path.join(run_dir, recipe.TRANSLATIONS_DIR, name)
+            source = os.path.join(run_dir, files.TRANSLATIONS, name)
             target = f"{stem}.{name}.gz"
             os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
             with open(source, "rb") as file:

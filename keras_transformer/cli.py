@@ -369,7 +369,7 @@ def _recipe(args):
             config.train, time_budget_minutes=args.minutes,
             epochs=max(config.train.epochs, 1000)))
     _load_tensorflow()
-    from keras_transformer import recipe
+    from keras_transformer import files, recipe
     defaults = recipe.Choices()
     choices = dataclasses.replace(
         defaults, beam_sizes=tuple(args.beam_sizes or defaults.beam_sizes),
@@ -383,7 +383,7 @@ def _recipe(args):
     print("\nSample translations (validation):")
     for source, translation in result["samples"]:
         print(f"  {source}\n  → {translation}")
-    print(f"\nEverything measured: {os.path.join(run_dir, recipe.RESULT_FILE)}")
+    print(f"\nEverything measured: {os.path.join(run_dir, files.RECIPE_RESULT)}")
 
 
 def _add_average(parser):

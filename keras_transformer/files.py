@@ -12,6 +12,15 @@ The run directory (what training writes, `training.run_dir` reads back):
       model.weights.h5        weights when training finished
       averaged.weights.h5     the mean of the last checkpoints (+ averaged.json)
       export/                 what `export` writes (below)
+      training_record.json    what training took, once it finished (`recipe`)
+      recipe.json             everything `recipe` measured
+      translations/           the translations `recipe` scored, <split>.<decoder>.<language>
+
+The backup directory (`training.backup`; Keras's `BackupAndRestore` names its files):
+
+    latest.weights.h5         the weights, with the training position and random state
+    training_metadata.json    the epoch
+    (each with a .bkp copy of the backup before)
 
 The export directory (`serving.export`):
 
@@ -50,6 +59,13 @@ CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)\.weights\.h5$")
 BEST_WEIGHTS = "best.weights.h5"  # in CHECKPOINTS
 BEST_INFO = "best.json"  # in CHECKPOINTS, beside BEST_WEIGHTS
 AVERAGED_RECORD = "averaged.json"  # beside AVERAGED_WEIGHTS: the checkpoints averaged
+TRAINING_RECORD = "training_record.json"  # what training took, once it finished
+RECIPE_RESULT = "recipe.json"  # everything `recipe.run_recipe` measured
+TRANSLATIONS = "translations"  # the translations `recipe.run_recipe` scored
+
+# The backup directory: Keras's `BackupAndRestore` names these.
+BACKUP_WEIGHTS = "latest.weights.h5"
+BACKUP_METADATA = "training_metadata.json"
 
 # The tokenizer directory.
 TOKENIZER_MODEL = "tokenizer.model"

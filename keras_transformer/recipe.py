@@ -32,9 +32,6 @@ from keras_transformer.training.callbacks import list_checkpoints
 
 logger = logging.getLogger(__name__)
 
-TRAINING_RECORD = "training_record.json"  # in the run directory: what training took
-RESULT_FILE = "recipe.json"  # in the run directory: everything `run_recipe` measured
-TRANSLATIONS_DIR = "translations"  # in the run directory
 # The paper's beam search (§6.1) is always among the candidates.
 PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY = 4, 0.6
 DEFAULT_LENGTH_PENALTIES = (0.6, 0.8, 1.0)
@@ -91,14 +88,14 @@ def run_recipe(config, run_dir, *, choices=Choices(), check=True, batch_size=64)
         result["check"] = [check._asdict() for check in checks]
         self_check.raise_on_failure(checks)
     saved_model = os.path.join(export_dir, files.SAVED_MODEL)
-    translations_dir = os.path.join(run_dir, TRANSLATIONS_DIR)
+    translations_dir = os.path.join(run_dir, files.TRANSLATIONS)
     os.makedirs(translations_dir, exist_ok=True)
     result["validation"] = score_splits(config, saved_model, ["validation"], ("beam",),
                                         translations_dir, batch_size)["validation"]
     result["test"] = score_test_splits(config, saved_model, translations_dir, batch_size)
     sources = list(validation.source_lines[:SAMPLE_COUNT])
     result["samples"] = list(zip(sources, translate.load_translator(saved_model)(sources)))
-    files.write_text(os.path.join(run_dir, RESULT_FILE),
+    files.write_text(os.path.join(run_dir, files.RECIPE_RESULT),
                      json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
 
@@ -110,7 +107,7 @@ def train_once(config, run_dir):
     directory without it holds an interrupted run, which `fit.train` resumes (the
     record's minutes then count this process's part only).
     """
-    record_path = os.path.join(run_dir, TRAINING_RECORD)
+    record_path = os.path.join(run_dir, files.TRAINING_RECORD)
     if os.path.exists(record_path):
         with open(record_path, encoding="utf-8") as file:
             record = json.load(file)

@@ -48,7 +48,7 @@ def small_data(batches=4):
 def backup_weights(backup_dir):
     model = small_model()
     model.optimizer.build(model.trainable_variables)
-    model.load_weights(os.path.join(backup_dir, "latest.weights.h5"))
+    model.load_weights(os.path.join(backup_dir, files.BACKUP_WEIGHTS))
     return model.get_weights()
 
 
@@ -221,7 +221,7 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
     assert not os.path.exists(os.path.join(run_dir, files.FINAL_WEIGHTS))
     _, _, model = runs.load_run(run_dir, weights="latest")
     assert all(np.isfinite(weight).all() for weight in model.get_weights())
-    with h5py.File(os.path.join(run_dir, files.BACKUP, "latest.weights.h5"), "r") as file:
+    with h5py.File(os.path.join(run_dir, files.BACKUP, files.BACKUP_WEIGHTS), "r") as file:
         assert int(file["optimizer/vars/0"][()]) == 2
         backed_up = [np.asarray(file[name]) for name in _weight_datasets(file)]
     assert backed_up and all(np.isfinite(weight).all() for weight in backed_up)
@@ -316,7 +316,7 @@ def read_backup(run_dir, missing_ok=False):
     """Returns `(update count, metadata)` of the backup; raises if a file is unreadable."""
     backup_dir = os.path.join(run_dir, files.BACKUP)
     try:
-        with h5py.File(os.path.join(backup_dir, "latest.weights.h5"), "r") as file:
+        with h5py.File(os.path.join(backup_dir, files.BACKUP_WEIGHTS), "r") as file:
             step = int(file["optimizer/vars/0"][()])
         with open(os.path.join(backup_dir, "training_metadata.json")) as file:
             return step, json.load(file)

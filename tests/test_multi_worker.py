@@ -189,7 +189,7 @@ def test_only_the_chief_writes(cluster):
     for name in (files.CONFIG, files.TOKENIZER, files.FINAL_WEIGHTS, files.LOGS):
         assert (chief_dir / name).exists(), name
     assert sorted(os.listdir(chief_dir / files.BACKUP)) == [
-        "latest.weights.h5", "latest.weights.h5.bkp",
+        files.BACKUP_WEIGHTS, files.BACKUP_WEIGHTS + ".bkp",
         "training_metadata.json", "training_metadata.json.bkp"]
     checkpoints = callbacks_lib.list_checkpoints(chief_dir / files.CHECKPOINTS)
     assert [os.path.basename(path) for path in checkpoints] == [

@@ -12,6 +12,7 @@ import pytest
 
 from keras_transformer import cli
 from keras_transformer import config as config_lib
+from keras_transformer.files import BACKUP_WEIGHTS
 from keras_transformer.training import backup as backup_lib
 from keras_transformer.training import callbacks as callbacks_lib
 
@@ -124,11 +125,11 @@ def test_an_unreadable_backup_is_named_with_the_fix(tmp_path, fixture_corpus_dir
     backup = tmp_path / "run" / "backup"
     backup.mkdir(parents=True)
     if damage == "corrupt metadata":
-        h5py.File(backup / "latest.weights.h5", "w").close()  # no position: read metadata
+        h5py.File(backup / BACKUP_WEIGHTS, "w").close()  # no position: read metadata
         (backup / "training_metadata.json").write_text('{"epoch": ')
     else:
-        truncated_weights(backup / "latest.weights.h5")
-        truncated_weights(backup / "latest.weights.h5.bkp")
+        truncated_weights(backup / BACKUP_WEIGHTS)
+        truncated_weights(backup / (BACKUP_WEIGHTS + ".bkp"))
     files = {path: path.read_bytes() for path in backup.iterdir()}
     message = train_error(*tiny(fixture_corpus_dir, tmp_path / "run"))
     assert f"{backup}: cannot restore the training backup" in message

@@ -179,7 +179,6 @@ class ResumedEpochEnd(keras.callbacks.Callback):
         self.backup._end_resumed_epoch()
 
 
-BACKUP_WEIGHTS = "latest.weights.h5"
 _POSITION = "training_position"
 _RANDOM_STATE = "random_state"
 
@@ -205,7 +204,7 @@ def read_backup_position(backup_dir):
 
 
 def _read_position(backup_dir):
-    path = os.path.join(backup_dir, BACKUP_WEIGHTS)
+    path = os.path.join(backup_dir, files.BACKUP_WEIGHTS)
     if not os.path.exists(path):
         return (0, 0)
     try:
@@ -213,16 +212,16 @@ def _read_position(backup_dir):
             position = file.attrs.get(_POSITION)
     except OSError as error:
         if not os.path.exists(path + ".bkp"):
-            raise OSError(f"{BACKUP_WEIGHTS}: {error}") from error
+            raise OSError(f"{files.BACKUP_WEIGHTS}: {error}") from error
         try:
             with h5py.File(path + ".bkp", "r") as file:
                 position = file.attrs.get(_POSITION)
         except OSError as copy_error:
-            raise OSError(f"neither {BACKUP_WEIGHTS} nor its .bkp copy can be read: "
+            raise OSError(f"neither {files.BACKUP_WEIGHTS} nor its .bkp copy can be read: "
                           f"{copy_error}") from error
     if position is not None:
         return tuple(int(value) for value in position)
-    metadata_path = os.path.join(backup_dir, "training_metadata.json")
+    metadata_path = os.path.join(backup_dir, files.BACKUP_METADATA)
     if not os.path.exists(metadata_path):
         return (0, 0)
     with open(metadata_path, encoding="utf-8") as file:
