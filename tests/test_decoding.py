@@ -470,12 +470,33 @@ class MarkovModel:
         return tf.gather(self.table[index], token_ids), cache
 
 
-def brute_force_best(table, alpha):
+def markov_log_probs(table):
+    """`table`'s logits as log-probabilities: a softmax over the whole vocabulary."""
+    return table - np.log(np.exp(table).sum(-1, keepdims=True))
+
+
+def penalized_score(table, sequence, alpha):
+    """log P(sequence) / ((5 + |Y|) / 6)^α under the `MarkovModel` of `table`, read
+    token by token from the table; `sequence` must be an output the decoders may give."""
+    limit = table.shape[0]
+    assert sequence and len(sequence) <= limit, sequence
+    assert PAD not in sequence and END not in sequence[:-1], sequence
+    assert sequence[-1] == END or len(sequence) == limit, sequence
+    assert sequence[0] != END, sequence  # an empty translation of a real source
+    log_probs = markov_log_probs(table)
+    previous, total = START, 0.0
+    for position, token in enumerate(sequence):
+        total += log_probs[position, previous, token]
+        previous = token
+    return total / ((5 + len(sequence)) / 6) ** alpha
+
+
+def brute_force_ranking(table, alpha):
     """Every output the decoders may give (PAD never, END not first, END or the length
-    limit ends it), scored by log P / ((5 + |Y|) / 6)^α; returns the best as a tuple."""
+    limit ends it), scored by log P / ((5 + |Y|) / 6)^α, best first: `[(score, ids)]`."""
     limit, vocabulary = table.shape[0], table.shape[1]
-    log_probs = table - np.log(np.exp(table).sum(-1, keepdims=True))  # softmax over all V
-    best, best_score = None, -np.inf
+    log_probs = markov_log_probs(table)
+    scored = []
     stack = [((), START, 0.0)]
     while stack:
         prefix, previous, score = stack.pop()
@@ -486,12 +507,10 @@ def brute_force_best(table, alpha):
             total = score + log_probs[position, previous, token]
             sequence = prefix + (token,)
             if token == END or len(sequence) == limit:
-                normalized = total / ((5 + len(sequence)) / 6) ** alpha
-                if normalized > best_score + 1e-6:
-                    best, best_score = sequence, normalized
+                scored.append((total / ((5 + len(sequence)) / 6) ** alpha, sequence))
             else:
                 stack.append((sequence, token, total))
-    return best, best_score
+    return sorted(scored, reverse=True)
 
 
 @hypothesis.settings(max_examples=25, deadline=None)
@@ -504,15 +523,19 @@ def test_a_beam_as_wide_as_every_hypothesis_finds_the_best_one(seed, limit, alph
     vocabulary = 6  # PAD, UNK, START, END and two words
     table = sharpness * np.random.default_rng(seed).normal(
         size=(limit, vocabulary, vocabulary))
-    expected, expected_score = brute_force_best(table, alpha)
+    ranking = brute_force_ranking(table, alpha)
+    (best_score, best), runner_up = ranking[0], ranking[1:2]
     source_ids = np.array([[START, 5, END]], np.int32)
     found = decoding.beam_search(MarkovModel(table), source_ids, beam_size=5 ** limit,
                                  length_penalty=alpha, max_length=limit, extra_length=None)
-    ids = [int(token) for token in found.ids.numpy()[0] if token != PAD]
-    # Ties aside, the same sequence; in any case, its score.
-    assert float(found.normalized_scores[0]) == pytest.approx(expected_score, abs=1e-4)
-    if ids != list(expected):
-        assert abs(float(found.normalized_scores[0]) - expected_score) < 1e-4
+    ids = tuple(int(token) for token in found.ids.numpy()[0] if token != PAD)
+    # The ids it returns score, by the table itself, as well as the best output does
+    # (a tie may pick another), and the score it reports is theirs.
+    own_score = penalized_score(table, ids, alpha)
+    assert own_score == pytest.approx(best_score, abs=1e-4)
+    assert float(found.normalized_scores[0]) == pytest.approx(own_score, abs=1e-4)
+    if not runner_up or best_score - runner_up[0][0] > 1e-3:  # the best is unique
+        assert ids == best
 
 
 @hypothesis.settings(max_examples=25, deadline=None)
