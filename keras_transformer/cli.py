@@ -26,6 +26,7 @@ import sys
 import threading
 
 from keras_transformer import config as config_lib
+from keras_transformer import files
 
 PROGRAM = "keras-transformer"
 
@@ -213,8 +214,9 @@ def _add_threads_option(parser):
 
 def _add_decoder_options(parser, default="greedy decoding"):
     parser.add_argument("--beam", action="store_true",
-                        help=f"beam search (the artifact's: beam 4, α 0.6 unless exported "
-                             f"otherwise) instead of {default}")
+                        help=f"beam search (the artifact's: beam {files.PAPER_BEAM_SIZE}, α "
+                             f"{files.PAPER_LENGTH_PENALTY} unless exported otherwise) "
+                             f"instead of {default}")
     parser.add_argument("--beam-size", type=_positive_int, metavar="N",
                         help="beam search with N hypotheses (implies --beam; on an "
                              "artifact, the exported size)")
@@ -227,19 +229,16 @@ def _beam_size(args):
     if args.beam_size is not None:
         return args.beam_size
     if args.beam or args.length_penalty is not None:
-        return 4 if _is_run_dir(args.artifact) else _exported_beam_size(args.artifact)
+        if files.is_run_dir(args.artifact):
+            return files.PAPER_BEAM_SIZE
+        return _exported_beam_size(args.artifact)
     return None
 
 
 def _exported_beam_size(artifact):
     from keras_transformer.serving import runners
     report = runners.export_report(artifact) or {}
-    return report.get("translator", {}).get("beam_size", 4)
-
-
-def _is_run_dir(path):
-    from keras_transformer import files
-    return files.is_run_dir(path)
+    return report.get("translator", {}).get("beam_size", files.PAPER_BEAM_SIZE)
 
 
 def _add_config_options(parser):
@@ -333,7 +332,6 @@ Running the same command again after an interruption resumes from the last backu
 def _train(args):
     config, run_dir = make_config(args)
     _load_tensorflow()
-    from keras_transformer import files
     from keras_transformer.training import fit
     logger.info("Training into %s", run_dir)
     fit.train(config, run_dir)
@@ -369,7 +367,7 @@ def _recipe(args):
             config.train, time_budget_minutes=args.minutes,
             epochs=max(config.train.epochs, 1000)))
     _load_tensorflow()
-    from keras_transformer import files, recipe
+    from keras_transformer import recipe
     defaults = recipe.Choices()
     choices = dataclasses.replace(
         defaults, beam_sizes=tuple(args.beam_sizes or defaults.beam_sizes),
@@ -409,10 +407,12 @@ def _add_export(parser):
                                           "file (default: the newest)")
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="folder to write (default: RUN_DIR/export)")
-    parser.add_argument("--beam-size", type=_positive_int, default=4, metavar="N",
-                        help="beam size of the beam_search signature (default: 4, §6.1)")
-    parser.add_argument("--length-penalty", type=_non_negative_float, default=0.6,
-                        metavar="ALPHA", help="α of its length penalty (default: 0.6)")
+    parser.add_argument("--beam-size", type=_positive_int, default=files.PAPER_BEAM_SIZE,
+                        metavar="N", help="beam size of the beam_search signature "
+                                          f"(default: {files.PAPER_BEAM_SIZE}, §6.1)")
+    parser.add_argument("--length-penalty", type=_non_negative_float,
+                        default=files.PAPER_LENGTH_PENALTY, metavar="ALPHA",
+                        help=f"α of its length penalty (default: {files.PAPER_LENGTH_PENALTY})")
     parser.add_argument("--max-output-length", type=_positive_int, metavar="N",
                         help="most output tokens (default: the model's max_length - 1)")
     parser.add_argument("--no-quantize", action="store_true",
@@ -437,7 +437,6 @@ def _export(args):
     if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
         raise UsageError(f"--output {args.output} is a file: name a folder to write into.")
     _load_tensorflow()
-    from keras_transformer import files
     from keras_transformer.serving import export
     output_dir, _ = export.export_run(
         args.run_dir, weights=args.weights, output_dir=args.output,
@@ -499,7 +498,7 @@ def _add_translate(parser):
 
 
 def _translate(args):
-    from keras_transformer import files, translate
+    from keras_transformer import translate
     files.check_output_file("--output", args.output, {"--input": args.input})
     if args.input and not os.path.isfile(args.input):
         raise UsageError(f"--input {args.input}: no such file.")
@@ -561,7 +560,7 @@ def _add_evaluate(parser):
 
 
 def _evaluate(args):
-    from keras_transformer import evaluation, files
+    from keras_transformer import evaluation
     if (args.source is None) != (args.reference is None):
         raise UsageError("--source and --reference go together")
     if args.source and args.split:
@@ -623,7 +622,6 @@ def _add_fuzz(parser):
 
 
 def _fuzz(args):
-    from keras_transformer import files
     files.check_output_file("--output", args.output)
     if not all(artifact.endswith(".tflite") for artifact in args.artifacts):
         _load_tensorflow()

@@ -1,4 +1,5 @@
-"""Every name on disk, and how files are written: one home, importable without TensorFlow.
+"""Every name on disk and in the exported signatures, and how files are written: one home,
+importable without TensorFlow (the command's `--help` and a `.tflite` translator need them).
 
 The run directory (what training writes, `training.run_dir` reads back):
 
@@ -33,7 +34,9 @@ The export directory (`serving.export`):
     export_report.json, .md           versions, config, sizes, op lists
     check_report.json                 the self-check's table (`export --check`)
 
-Every signature maps `sentences: string[B]` to `translations`, `token_ids` and `scores`.
+Every signature maps `sentences: string[B]` to `translations`, `token_ids` and `scores`;
+beam_search decodes with the paper's beam size and length penalty unless exported with
+others (`PAPER_BEAM_SIZE`, `PAPER_LENGTH_PENALTY`).
 
 Writes that replace a file go through `replace_atomically`, so that an interrupted
 process never leaves half a file under a real name; outputs a command will write are
@@ -88,6 +91,10 @@ CTRANSLATE2_OPTIONS = "translator.json"  # beside it: the exported translator's 
 GREEDY_SIGNATURE = "serving_default"
 BEAM_SIGNATURE = "beam_search"
 INPUT_NAME = "sentences"
+# §6.1: "beam search with a beam size of 4 and length penalty α = 0.6", the default of
+# every beam search here.
+PAPER_BEAM_SIZE = 4
+PAPER_LENGTH_PENALTY = 0.6
 
 # Keras insists that weight files end in ".weights.h5": temporary names get a prefix.
 PARTIAL_PREFIX = "partial-"

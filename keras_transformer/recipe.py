@@ -33,8 +33,7 @@ from keras_transformer.training.callbacks import list_checkpoints
 logger = logging.getLogger(__name__)
 
 # The paper's beam search (§6.1) is always among the candidates.
-PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY = 4, 0.6
-DEFAULT_LENGTH_PENALTIES = (0.6, 0.8, 1.0)
+DEFAULT_LENGTH_PENALTIES = (files.PAPER_LENGTH_PENALTY, 0.8, 1.0)
 SAMPLE_COUNT = 3
 
 
@@ -51,7 +50,7 @@ class Choices:
 
     average_counts: tuple = (1, 2, 3, 4, 5)
     best_checkpoint: bool = True
-    beam_sizes: tuple = (PAPER_BEAM_SIZE,)
+    beam_sizes: tuple = (files.PAPER_BEAM_SIZE,)
     length_penalties: tuple = DEFAULT_LENGTH_PENALTIES
 
 
@@ -162,21 +161,21 @@ def choose_on_validation(run_dir, validation, choices):
         hypotheses = evaluation.translate_file_lines(runner, sources, verbose=False)
         return evaluation.score(hypotheses, references)["bleu"]["score"]
 
-    paper = Translator(model, tokenizer, beam_size=PAPER_BEAM_SIZE,
-                       length_penalty=PAPER_LENGTH_PENALTY, jit_compile=True)
+    paper = Translator(model, tokenizer, beam_size=files.PAPER_BEAM_SIZE,
+                       length_penalty=files.PAPER_LENGTH_PENALTY, jit_compile=True)
     weights_scores = {}
     candidates = candidate_weights(run_dir, choices)
     for name, paths in candidates.items():
         averaging.average_weights(model, paths)  # in place: the translator's graph stays
         weights_scores[name] = bleu(paper)
         logger.info("validation BLEU %.2f: %s (beam %d, α %g)", weights_scores[name], name,
-                    PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY)
+                    files.PAPER_BEAM_SIZE, files.PAPER_LENGTH_PENALTY)
     chosen = max(weights_scores, key=weights_scores.get)
     averaging.average_weights(model, candidates[chosen])
     decoder_scores = {}
     for beam_size in choices.beam_sizes:
         for alpha in choices.length_penalties:
-            if (beam_size, alpha) == (PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY):
+            if (beam_size, alpha) == (files.PAPER_BEAM_SIZE, files.PAPER_LENGTH_PENALTY):
                 score = weights_scores[chosen]
             else:
                 score = bleu(Translator(model, tokenizer, beam_size=beam_size,

@@ -281,8 +281,8 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
     is_run = files.is_run_dir(path)
     exported = _exported_decoder(runners.run_saved_model(path) if is_run else path)
     if beam_size is not None:
-        length_penalty = (exported.get("length_penalty", 0.6) if length_penalty is None
-                          else length_penalty)
+        if length_penalty is None:
+            length_penalty = exported.get("length_penalty", files.PAPER_LENGTH_PENALTY)
     wanted = {"beam_size": beam_size, "length_penalty": length_penalty}
     same = beam_size is None or all(exported.get(name, value) == value
                                     for name, value in wanted.items())
@@ -306,7 +306,9 @@ def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
 def _exported_decoder(artifact):
     """The beam size and α recorded for `artifact`'s beam signature (`{}` when unknown)."""
     if not os.path.exists(artifact):
-        return {"beam_size": 4, "length_penalty": 0.6}  # what `export` would write
+        # What `export` would write.
+        return {"beam_size": files.PAPER_BEAM_SIZE,
+                "length_penalty": files.PAPER_LENGTH_PENALTY}
     recorded = (runners.export_report(artifact) or {}).get("translator", {})
     return {name: recorded[name] for name in ("beam_size", "length_penalty")
             if name in recorded}

@@ -27,6 +27,7 @@ from keras_transformer.decoding.common import (
     while_loop,
     write_position,
 )
+from keras_transformer.files import PAPER_BEAM_SIZE, PAPER_LENGTH_PENALTY
 
 
 def gnmt_length_penalty(length, alpha):
@@ -34,9 +35,10 @@ def gnmt_length_penalty(length, alpha):
     return ((5.0 + tf.cast(length, tf.float32)) / 6.0) ** alpha
 
 
-def beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, max_length=None,
-                extra_length=50, start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
-                return_attention=False, cache_chunk=None):
+def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
+                length_penalty=PAPER_LENGTH_PENALTY, max_length=None, extra_length=50,
+                start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False,
+                cache_chunk=None):
     """Translates `source_ids` with beam search; returns the best hypothesis per sentence.
 
     The best hypothesis maximises log P(Y) / lp(Y). Hypotheses end at the end token or

@@ -30,7 +30,13 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID, add_start_end
-from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
+from keras_transformer.files import (
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    INPUT_NAME,
+    PAPER_BEAM_SIZE,
+    PAPER_LENGTH_PENALTY,
+)
 from keras_transformer.layers.decoder_layer import cache_writes_as_slice_updates
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
@@ -69,7 +75,8 @@ class Translator(tf.Module):
     """
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
-                 beam_size=4, length_penalty=0.6, jit_compile=False, name="translator"):
+                 beam_size=PAPER_BEAM_SIZE, length_penalty=PAPER_LENGTH_PENALTY,
+                 jit_compile=False, name="translator"):
         super().__init__(name=name)
         # The SavedModel keeps the model's underlying tf.Variables, not the Keras model:
         # Keras 3 variables reached only through a Keras model are restored by
