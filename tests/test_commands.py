@@ -46,21 +46,31 @@ def test_a_bad_verb_or_option_is_a_usage_error():
     assert cli.main(["translate"]) == 2  # its ARTIFACT is missing
 
 
-def test_a_failed_download_is_one_error_line_and_leaves_no_file(tmp_path):
+@pytest.mark.parametrize("verb, first_file", [("train", "train.en.gz"),
+                                               ("evaluate", "test_2016_flickr.en.gz")])
+def test_a_failed_download_is_one_error_line_and_leaves_no_file(tmp_path, verb, first_file):
     cache = tmp_path / "keras"
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    kt.preset_config("tiny").save(str(run_dir / files.CONFIG))
+    if verb == "train":
+        arguments = ["train", "--preset", "tiny", "--run-dir", str(run_dir)]
+    else:
+        run_dir.mkdir()
+        kt.preset_config("tiny").save(str(run_dir / files.CONFIG))
+        arguments = ["evaluate", str(run_dir)]
     # Port 9 (discard) of this machine: the connection is refused at once.
     environment = {**os.environ, "KERAS_HOME": str(cache),
                    multi30k.URL_ENVIRONMENT_VARIABLE: "http://127.0.0.1:9/multi30k"}
     result = subprocess.run(
-        [sys.executable, "-m", "keras_transformer", "evaluate", str(run_dir)],
+        [sys.executable, "-m", "keras_transformer", *arguments],
         capture_output=True, text=True, timeout=120, cwd=REPOSITORY, env=environment)
     assert result.returncode == 2
+    assert result.stdout == ""  # Keras's "Downloading data from ..." is no result
+    url = f"http://127.0.0.1:9/multi30k/{first_file}"
+    assert f"Downloading data from {url}" in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, result.stderr
-    assert "http://127.0.0.1:9/multi30k/test_2016_flickr.en.gz" in errors[0]
+    assert result.stderr.splitlines()[-1] == errors[0]
+    assert url in errors[0]
     assert "--data-dir DIR" in errors[0] and multi30k.URL_ENVIRONMENT_VARIABLE in errors[0]
     assert "Traceback" not in result.stderr
     downloads = cache / multi30k.CACHE_SUBDIR

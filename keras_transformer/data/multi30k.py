@@ -6,19 +6,22 @@ are named `<split>.<language>.gz`: `train` (29,000 lines), `val` (1,014) and the
 test splits the field reports side by side, `test_2016_flickr` (1,000),
 `test_2017_flickr` (1,000) and `test_2017_mscoco` (461, out of Flickr's domain).
 
-`download(split, language)` fetches one file with `keras.utils.get_file`, verifies it by
-SHA-256 and caches it under `$KERAS_HOME/datasets/multi30k` like other Keras datasets;
-`local_file(data_dir, split, language)` finds it in a local copy instead. The download
-location can be overridden with `base_url=` or the environment variable
-`KERAS_TRANSFORMER_MULTI30K_URL` (a mirror, or a local server in tests).
+`download(split, language)` fetches one file with `keras.utils.get_file` (its messages
+and progress bar on stderr), verifies it by SHA-256 and caches it under
+`$KERAS_HOME/datasets/multi30k` like other Keras datasets; `local_file(data_dir, split,
+language)` finds it in a local copy instead. The download location can be overridden
+with `base_url=` or the environment variable `KERAS_TRANSFORMER_MULTI30K_URL` (a mirror,
+or a local server in tests).
 
 Errors name the URL or file and the fix: `DownloadError` (no connection, a missing
 file) and `ChecksumMismatchError` (other bytes than the original's); neither leaves a
 file in the cache.
 """
 
+import contextlib
 import hashlib
 import os
+import sys
 import tempfile
 
 import keras
@@ -103,9 +106,12 @@ def download(split, language, *, cache_dir=None, base_url=None):
     cache_root = _cache_root(cache_dir)
     path = os.path.join(cache_root, CACHE_SUBDIR, name)
     try:
-        return keras.utils.get_file(
-            fname=name, origin=origin, file_hash=expected, hash_algorithm="sha256",
-            cache_subdir=CACHE_SUBDIR, cache_dir=cache_root)
+        # Keras prints "Downloading data from …" and its progress bar to stdout, which
+        # commands keep for their results.
+        with contextlib.redirect_stdout(sys.stderr):
+            return keras.utils.get_file(
+                fname=name, origin=origin, file_hash=expected, hash_algorithm="sha256",
+                cache_subdir=CACHE_SUBDIR, cache_dir=cache_root)
     except ValueError:
         # Keras leaves a file that fails its hash check in the cache: remove it, so that
         # the next run downloads again instead of reading corrupt data.
