@@ -24,6 +24,9 @@ from keras_transformer.training import fit as training
 from tests.conftest import REPOSITORY, fixture_corpus
 
 TIMEOUT_S = 420
+# The cluster fixture waits up to TIMEOUT_S for its processes (116 s measured on 2 busy
+# cores), in whichever test runs first.
+pytestmark = pytest.mark.timeout(TIMEOUT_S + 180)
 STEPS = 4
 EVERY = 2
 COOLDOWN_FRACTION = 0.5
