@@ -3,8 +3,10 @@
 import ast
 import subprocess
 import sys
+import warnings
 
 import pytest
+from setuptools.config import pyprojecttoml
 
 from tests.conftest import REPOSITORY
 
@@ -101,6 +103,18 @@ def test_every_module_imports_in_dependency_order_in_a_fresh_interpreter():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_every_folder_of_the_package_is_a_regular_package_that_the_wheel_holds():
+    folders = {path.parent for path in PACKAGE.rglob("*.py")}
+    assert sorted(str(folder) for folder in folders
+                  if not (folder / "__init__.py").is_file()) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # setuptools calls [tool.setuptools] beta
+        settings = pyprojecttoml.read_configuration(REPOSITORY / "pyproject.toml")
+    found = set(settings["tool"]["setuptools"]["packages"])  # what the wheel holds
+    names = {".".join(folder.relative_to(REPOSITORY).parts) for folder in folders}
+    assert sorted(names - found) == []
 
 
 @pytest.mark.parametrize("module", ["keras_transformer", "keras_transformer.files",

@@ -1,0 +1,1 @@
+"""Tools around the main flow: distillation, fuzzing of exported translators, figures."""

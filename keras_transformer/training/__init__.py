@@ -1,0 +1,1 @@
+"""Training with model.fit: callbacks, backup, optimizer, losses, distribution, averaging."""
