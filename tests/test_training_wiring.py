@@ -8,7 +8,7 @@ import pytest
 
 from keras_transformer import cli
 from keras_transformer import config as config_lib
-from keras_transformer.training import fit, runs
+from keras_transformer.training import distribution, fit, runs
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimization import make_optimizer, make_schedule
 from tests.conftest import REPOSITORY
@@ -183,3 +183,38 @@ def test_a_bfloat16_step_is_the_float32_step_to_bfloat16_precision():
     difference = sum(float(np.sum((h - f) ** 2)) for h, f in zip(half, full))
     update = sum(float(np.sum((f - s) ** 2)) for f, s in zip(full, start))
     assert (difference / update) ** 0.5 <= 0.05
+
+
+@pytest.fixture(params=["tensorflow", "jax"])
+def backend_with_a_gpu(request, monkeypatch):
+    """Makes `distribution` and `fit` see this backend with a GPU; yields the backend."""
+    monkeypatch.setattr(keras.backend, "backend", lambda: request.param)
+    monkeypatch.setattr(distribution, "has_gpu", lambda: True)
+    return request.param
+
+
+@pytest.mark.parametrize("asked, on_jax_gpu, elsewhere", [
+    (None, "bfloat16", None), ("float32", "float32", "float32"),
+    ("float16", "float16", "float16"), ("bfloat16", "bfloat16", "bfloat16")])
+def test_jax_on_a_gpu_trains_in_bfloat16_unless_told_otherwise(
+        backend_with_a_gpu, monkeypatch, asked, on_jax_gpu, elsewhere):
+    expected = on_jax_gpu if backend_with_a_gpu == "jax" else elsewhere
+    assert distribution.backend_precision(asked) == expected
+    monkeypatch.setattr(distribution, "has_gpu", lambda: False)  # a CPU: as TensorFlow
+    assert distribution.backend_precision(asked) == elsewhere
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_the_jax_step_always_compiles_and_tensorflows_as_configured(
+        backend_with_a_gpu, monkeypatch, jit_compile):
+    train_config = config_lib.TrainConfig(jit_compile=jit_compile)
+    expected = jit_compile or backend_with_a_gpu == "jax"
+    assert fit.compiles_step(train_config) is expected
+    monkeypatch.setattr(distribution, "has_gpu", lambda: False)  # on a CPU as well
+    assert fit.compiles_step(train_config) is expected
+    compiled = []
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+    model.pad_id, model.hidden_dim = 0, 2  # what compile_model reads from a Transformer
+    monkeypatch.setattr(model, "compile", lambda **options: compiled.append(options))
+    fit.compile_model(model, train_config)
+    assert compiled[0]["jit_compile"] is expected
