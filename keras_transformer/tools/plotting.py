@@ -25,6 +25,7 @@ def new_figure(width=6.0, height=4.0, dpi=100):
         width, height: float. Size in inches.
         dpi: int. Pixels per inch of the PNG rendering.
     """
+    # Here: matplotlib loads on the first figure, not when this module is imported.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -54,8 +55,9 @@ def plot_attention(weights, source_tokens, target_tokens, title=None, head_names
     Tokens beyond the given labels (padding) are cut off.
 
     Args:
-        weights: array `(T, S)` (one head) or `(H, T, S)`, e.g. one layer's
-            `cross_attention[b]` from `Transformer.decode(..., return_attention_scores=True)`.
+        weights: array `(T, S)` (one head) or `(H, T, S)`, e.g. one layer's weights
+            of one sentence, `[b, layer]` of `Transformer.cross_attention_weights` or of
+            a decoder's `Decoded.attention` `(B, N, H, T, S)`.
         source_tokens: sequence of `S'` ≤ `S` key labels.
         target_tokens: sequence of `T'` ≤ `T` query labels.
         title: str or `None`. Title of the whole figure.
