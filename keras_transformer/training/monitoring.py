@@ -19,12 +19,11 @@ that it then records.
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 from keras import ops
 
 from keras_transformer import files
-from keras_transformer.data.tokenizer import PAD_ID, START_ID
+from keras_transformer.data.tokenizer import PAD_ID, add_start_end
 from keras_transformer.tools import plotting
 from keras_transformer.training import distribution
 from keras_transformer.training.bleu import ValidationTranslator
@@ -123,7 +122,7 @@ class TranslationMonitor(keras.callbacks.Callback):
         index = self.attention_index
         source_ids = self.translator.source_ids(self.model, [self.sources[index]])  # (1, S)
         # The decoder's input while it emitted `output_ids`: START, then all but the last.
-        decoder_input = np.concatenate([[START_ID], output_ids[:-1]])[None]  # (1, L)
+        decoder_input = add_start_end(output_ids[None, :-1], end=False).numpy()  # (1, L)
         encoder_output = self.model.encode(source_ids, training=False)
         attention = ops.convert_to_numpy(self.model.cross_attention_weights(
             decoder_input, encoder_output, source_ids))  # (1, N, H, L, S)
