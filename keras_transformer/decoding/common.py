@@ -7,6 +7,7 @@ vocabulary, N decoder layers, H heads.
 import typing
 
 import tensorflow as tf
+from keras import ops
 
 from keras_transformer.data.tokenizer import PAD_ID, START_ID
 
@@ -134,9 +135,13 @@ def log_probabilities(logits, pad_id):
 
 
 def has_source(source_ids, start_id, end_id, pad_id):
-    """Returns bool `(B,)`: whether each source holds a token besides START, END, PAD."""
+    """Returns bool `(B,)`: whether each source holds a token besides START, END, PAD.
+
+    In `keras.ops`, which are TensorFlow's ops on that backend, so that `portable`'s
+    decoder shares it on any backend.
+    """
     special = (source_ids == start_id) | (source_ids == end_id) | (source_ids == pad_id)
-    return tf.reduce_any(tf.logical_not(special), axis=1)
+    return ops.any(ops.logical_not(special), axis=1)
 
 
 def constrain_first_token(log_probs, index, nonempty, end_id):

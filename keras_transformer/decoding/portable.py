@@ -20,7 +20,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
-from keras_transformer.decoding.common import FORBIDDEN
+from keras_transformer.decoding.common import FORBIDDEN, has_source
 
 
 def greedy_ids(model, source_ids, *, max_length=None, extra_length=50, start_id=START_ID,
@@ -42,8 +42,7 @@ def greedy_ids(model, source_ids, *, max_length=None, extra_length=50, start_id=
     if extra_length is not None:
         lengths = ops.sum(ops.cast(ops.not_equal(source_ids, pad_id), "int32"), axis=1)
         limits = ops.minimum(lengths + extra_length, limits)  # (B,)
-    special = ((source_ids == start_id) | (source_ids == end_id) | (source_ids == pad_id))
-    nonempty = ops.any(ops.logical_not(special), axis=1)  # (B,)
+    nonempty = has_source(source_ids, start_id, end_id, pad_id)  # (B,)
     encoder_output = model.encode(source_ids, training=False)  # (B, S, D)
     cache = model.init_cache(encoder_output, source_ids, buffer)
     vocabulary = ops.arange(model.vocabulary_size)
