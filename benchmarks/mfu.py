@@ -1,13 +1,18 @@
 """Model FLOP utilisation (MFU) of our Transformer's training step, on any Keras backend.
 
 Trains a preset's model (default `paper_base`: 6+6 layers, d 512, d_ff 2048, 37k
-vocabulary) under `model.fit` with the training loss and `optimizer.make_optimizer` (not
-the accuracy and token metrics of `training.compile_model`, which need TensorFlow), on
+vocabulary) under `model.fit` with the training loss and `optimizer.make_optimizer`, on
 synthetic batches of the config's `batch_tokens` per side, one variant after the other in
 one process, each a dtype policy, optionally `+fused` for `keras.ops.dot_product_attention`.
 Every batch has the same shape `(batch, --length)` and no padding, so every token is
 real and one compiled program serves every step. XLA compiles the step (`jit_compile`
 on TensorFlow; JAX always compiles).
+
+The model is compiled here rather than by `training.fit.compile_model`, whose module
+imports TensorFlow (the data pipeline, `tf.distribute`), which the GPU machines this runs
+on lack. The rest of the step is `train`'s own and imports no TensorFlow: the model, the
+loss, and the optimizer with its schedule; compile_model's accuracy and token-count
+metrics are left out.
 
 MFU = model FLOPs per second / the device's dense bf16 peak (for float32 rows too, so
 that rows compare). Model FLOPs per target token are the
