@@ -57,9 +57,8 @@ def main(argv=None):
         leading.append(argv.pop(0))
     try:
         if not argv or argv[0] not in verb_parsers:
-            parser.parse_args(leading + argv)  # help, or the error naming the verbs
-            parser.print_help()
-            return 2
+            # Exits: with the help, or with the usage error naming the missing or unknown verb.
+            parser.parse_args(leading + argv)
         # Options and positional arguments in any order (overrides between options).
         args = verb_parsers[argv[0]].parse_intermixed_args(leading + argv[1:])
     except SystemExit as exit:  # --help (0) or a usage error (2), already printed
@@ -91,7 +90,7 @@ def make_parser():
         prog=PROGRAM, parents=[common],
         description="The Transformer of 'Attention Is All You Need' for machine "
                     "translation: train, average, export, translate, evaluate.")
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     verb_parsers = {}
     for name, (adder, handler, summary) in _VERBS.items():
         verb = verbs.add_parser(name, parents=[common], help=summary, description=summary,

@@ -46,6 +46,19 @@ def test_a_bad_verb_or_option_is_a_usage_error():
     assert cli.main(["translate"]) == 2  # its ARTIFACT is missing
 
 
+@pytest.mark.parametrize("arguments", [[], ["--verbose"]])
+def test_no_verb_is_the_usage_and_one_error_line_on_stderr(arguments):
+    result = run_command(*arguments)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("usage: keras-transformer")
+    assert [line for line in lines if "error:" in line] == [
+        "keras-transformer: error: the following arguments are required: VERB"]
+    assert lines[-1].endswith("error: the following arguments are required: VERB")
+
+
+
 @pytest.mark.parametrize("verb, first_file", [("train", "train.en.gz"),
                                                ("evaluate", "test_2016_flickr.en.gz")])
 def test_a_failed_download_is_one_error_line_and_leaves_no_file(tmp_path, verb, first_file):
