@@ -133,12 +133,14 @@ def _set_up_output(verbose):
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
-def _load_tensorflow():
+def _load_tensorflow(verbose):
     """Imports TensorFlow and tf-text (registering the ops exported graphs use) early,
-    so that the verb's own messages come after TensorFlow's start-up."""
+    so that the verb's own messages come after TensorFlow's start-up; quiets TensorFlow's
+    Python logger unless `verbose`."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
-    tf.get_logger().setLevel("ERROR")
+    if not verbose:
+        tf.get_logger().setLevel("ERROR")
 
 
 @contextlib.contextmanager
@@ -332,7 +334,7 @@ Running the same command again after an interruption resumes from the last backu
 
 def _train(args):
     config, run_dir = make_config(args)
-    _load_tensorflow()
+    _load_tensorflow(args.verbose)
     from keras_transformer.training import fit
     logger.info("Training into %s", run_dir)
     fit.train(config, run_dir)
@@ -367,7 +369,7 @@ def _recipe(args):
         config = dataclasses.replace(config, train=dataclasses.replace(
             config.train, time_budget_minutes=args.minutes,
             epochs=max(config.train.epochs, 1000)))
-    _load_tensorflow()
+    _load_tensorflow(args.verbose)
     from keras_transformer import recipe
     defaults = recipe.Choices()
     choices = dataclasses.replace(
@@ -395,7 +397,7 @@ def _add_average(parser):
 
 
 def _average(args):
-    _load_tensorflow()
+    _load_tensorflow(args.verbose)
     from keras_transformer.training import averaging
     print(f"Wrote {averaging.average_run(args.run_dir, args.last, args.output)}")
 
@@ -437,7 +439,7 @@ def _export(args):
         runs.load_config(run_dir)  # names a missing or broken run before minutes of work
     if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
         raise UsageError(f"--output {args.output} is a file: name a folder to write into.")
-    _load_tensorflow()
+    _load_tensorflow(args.verbose)
     from keras_transformer.serving import export
     output_dir, _ = export.export_run(
         args.run_dir, weights=args.weights, output_dir=args.output,
@@ -463,7 +465,7 @@ def _add_check(parser):
 
 
 def _check(args):
-    _load_tensorflow()
+    _load_tensorflow(args.verbose)
     _print_checks(args.run_dir, export_dir=args.export_dir, sentences_file=args.sentences,
                   count=args.count)
 
@@ -503,7 +505,7 @@ def _translate(args):
     if args.input and not os.path.isfile(args.input):
         raise UsageError(f"--input {args.input}: no such file.")
     if not args.artifact.endswith(".tflite"):
-        _load_tensorflow()
+        _load_tensorflow(args.verbose)
     translator = _load_translator(args)
     source = open(args.input, "rb") if args.input else sys.stdin.buffer
     name = args.input or "standard input"
@@ -574,7 +576,7 @@ def _evaluate(args):
     files.check_output_file("--json", args.json, {"source": args.source,
                                                   "reference": args.reference})
     if not args.artifact.endswith(".tflite"):
-        _load_tensorflow()
+        _load_tensorflow(args.verbose)
     translator = _load_translator(args)
     results = evaluation.evaluate_splits(translator, pairs, output=args.output,
                                          single_output=single)
@@ -603,7 +605,7 @@ def _add_distill(parser):
 
 
 def _distill(args):
-    _load_tensorflow()
+    _load_tensorflow(args.verbose)
     from keras_transformer.tools import distillation
     distillation.distill(args.run_dir, args.output, artifact=args.artifact,
                          data_dir=args.data_dir, beam=args.beam, batch_size=args.batch_size)
@@ -623,7 +625,7 @@ def _add_fuzz(parser):
 def _fuzz(args):
     files.check_output_file("--output", args.output)
     if not all(artifact.endswith(".tflite") for artifact in args.artifacts):
-        _load_tensorflow()
+        _load_tensorflow(args.verbose)
     reports = {}
     for artifact in args.artifacts:
         runner = runners.open_runner(runners.resolve_artifact(artifact))

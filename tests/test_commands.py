@@ -2,6 +2,7 @@
 data, translators loaded from Python, and a failed download explained."""
 
 import gzip
+import logging
 import os
 import subprocess
 import sys
@@ -57,6 +58,20 @@ def test_no_verb_is_the_usage_and_one_error_line_on_stderr(arguments):
         "keras-transformer: error: the following arguments are required: VERB"]
     assert lines[-1].endswith("error: the following arguments are required: VERB")
 
+
+def test_verbose_leaves_tensorflows_logger_as_it_is():
+    import tensorflow as tf  # the test's own: cli leaves TensorFlow to its verbs
+
+    logger = tf.get_logger()
+    level = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        cli._load_tensorflow(verbose=True)
+        assert logger.level == logging.INFO
+        cli._load_tensorflow(verbose=False)
+        assert logger.level == logging.ERROR
+    finally:
+        logger.setLevel(level)
 
 
 @pytest.mark.parametrize("verb, first_file", [("train", "train.en.gz"),
