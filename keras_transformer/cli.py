@@ -1,9 +1,11 @@
 """The command line: `keras-transformer VERB ...` (also `python -m keras_transformer`).
 
 One verb per job, one vocabulary of options: `RUN_DIR` (train's `--run-dir`) is a run
-directory, `ARTIFACT` a run directory, SavedModel or `.tflite` file, `-o/--output` what a
-verb writes, `--beam`/`--beam-size`/`--length-penalty` the decoder, `--sentences FILE`
-and `--count N` what is translated; options that set a config field carry its name.
+directory, `ARTIFACT` a run directory, SavedModel or `.tflite` file, `-i/--input` what a
+verb reads and `-o/--output` what it writes, `--beam`/`--beam-size`/`--length-penalty`
+the decoder, `--count N` how many sentences; options that set a config field carry its
+name (`--time-budget-minutes` sets `train.time_budget_minutes`). Older spellings
+(`check --sentences`, `recipe --minutes`) still work, unlisted.
 
 Conventions: a bad argument, file or config is one `error: …` line on stderr naming it
 and the fix, exit status 2; work that runs and fails (a self-check, a non-finite loss)
@@ -344,9 +346,11 @@ def _train(args):
 
 def _add_recipe(parser):
     _add_config_options(parser)
-    parser.add_argument("--minutes", type=float, metavar="M",
-                        help="train for M minutes of wall-clock time (sets "
-                             "train.time_budget_minutes) instead of the preset's epochs")
+    parser.add_argument("--time-budget-minutes", type=float, metavar="M",
+                        help="train for M minutes of wall-clock time instead of the "
+                             "preset's epochs")
+    parser.add_argument("--minutes", type=float, dest="time_budget_minutes",
+                        help=argparse.SUPPRESS)  # the option's earlier name
     parser.add_argument("--length-penalties", type=_list_of(_non_negative_float),
                         metavar="A,B,...", help="values of α to choose from on validation "
                                                 "(default: 0.6,0.8,1.0)")
@@ -364,10 +368,10 @@ exported SavedModel on every test split, beam and greedy. Run it again on the sa
 
 def _recipe(args):
     config, run_dir = make_config(args)
-    if args.minutes is not None:
+    if args.time_budget_minutes is not None:
         # The budget ends the run; the epoch count only has to be out of its way.
         config = dataclasses.replace(config, train=dataclasses.replace(
-            config.train, time_budget_minutes=args.minutes,
+            config.train, time_budget_minutes=args.time_budget_minutes,
             epochs=max(config.train.epochs, 1000)))
     _load_tensorflow(args.verbose)
     from keras_transformer import recipe
@@ -388,7 +392,8 @@ def _recipe(args):
 
 
 def _add_average(parser):
-    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run whose checkpoints to "
+                                                           "average")
     parser.add_argument("--last", type=_positive_int, default=5, metavar="N",
                         help="how many of the newest checkpoints to average (default: 5, "
                              "as the paper's base models; its big models used 20)")
@@ -405,7 +410,7 @@ def _average(args):
 # --- export, check ---------------------------------------------------------------------
 
 def _add_export(parser):
-    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run to export")
     parser.add_argument("--weights", help="'averaged', 'final', 'latest' or a weights "
                                           "file (default: the newest)")
     parser.add_argument("-o", "--output", metavar="DIR",
@@ -454,19 +459,21 @@ def _export(args):
 
 
 def _add_check(parser):
-    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run whose export to check")
     parser.add_argument("--export-dir", metavar="DIR",
                         help="the artifacts' folder (default: RUN_DIR/export)")
-    parser.add_argument("--sentences", metavar="FILE",
+    parser.add_argument("-i", "--input", metavar="FILE",
                         help="source sentences to check, one a line (default: the run's "
                              "validation sources)")
+    parser.add_argument("--sentences", dest="input",
+                        help=argparse.SUPPRESS)  # the option's earlier name
     parser.add_argument("--count", type=_positive_int, default=100, metavar="N",
                         help="sentences to check (default: 100)")
 
 
 def _check(args):
     _load_tensorflow(args.verbose)
-    _print_checks(args.run_dir, export_dir=args.export_dir, sentences_file=args.sentences,
+    _print_checks(args.run_dir, export_dir=args.export_dir, sentences_file=args.input,
                   count=args.count)
 
 
@@ -612,13 +619,17 @@ def _distill(args):
 
 
 def _add_fuzz(parser):
-    parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT")
+    parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT",
+                        help="exported translators: SavedModel or CTranslate2 directories, "
+                             ".tflite files, or run directories (their SavedModel)")
     parser.add_argument("--count", type=_positive_int, default=10_000, metavar="N",
                         help="generated sentences per artifact (default: 10000)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
-    parser.add_argument("--max-batch", type=_positive_int, default=512, metavar="N")
-    parser.add_argument("--max-seconds", type=float, default=60.0,
-                        help="longest a call may take (default: 60)")
+    parser.add_argument("--max-batch", type=_positive_int, default=fuzzing.MAX_BATCH,
+                        metavar="N", help="largest batch of generated sentences, sent "
+                                          f"once at least (default: {fuzzing.MAX_BATCH})")
+    parser.add_argument("--max-seconds", type=float, default=60.0, metavar="S",
+                        help="longest a call may take, in seconds (default: 60)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the reports here")
 
 

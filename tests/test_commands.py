@@ -47,6 +47,18 @@ def test_a_bad_verb_or_option_is_a_usage_error():
     assert cli.main(["translate"]) == 2  # its ARTIFACT is missing
 
 
+@pytest.mark.parametrize("verb, arguments, earlier, option, field, value", [
+    ("check", ["run"], "--sentences", "--input", "input", "in.txt"),
+    ("recipe", [], "--minutes", "--time-budget-minutes", "time_budget_minutes", "1.5")])
+def test_earlier_option_names_still_work_unlisted(verb, arguments, earlier, option, field,
+                                                  value):
+    parser = cli.make_parser()[1][verb]
+    by_earlier_name = parser.parse_intermixed_args([*arguments, earlier, value])
+    assert str(vars(by_earlier_name)[field]) == value
+    assert by_earlier_name == parser.parse_intermixed_args([*arguments, option, value])
+    assert earlier not in parser.format_help()
+
+
 @pytest.mark.parametrize("arguments", [[], ["--verbose"]])
 def test_no_verb_is_the_usage_and_one_error_line_on_stderr(arguments):
     result = run_command(*arguments)
