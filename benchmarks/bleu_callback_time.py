@@ -11,6 +11,7 @@ the two so that machine noise falls on both alike, and checks that both translat
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -66,4 +67,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

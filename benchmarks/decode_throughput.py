@@ -19,6 +19,7 @@ a warm-up (tracing, and XLA compilation).
 import argparse
 import functools
 import os
+import sys
 import tempfile
 import time
 
@@ -231,4 +232,4 @@ def _ratios(rows):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

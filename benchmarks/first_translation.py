@@ -33,4 +33,4 @@ def main(path, sentence):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "A man rides a bike.")
+    sys.exit(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "A man rides a bike."))

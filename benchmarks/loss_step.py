@@ -14,6 +14,7 @@ on the same logits, and checks that they give the same values and gradients.
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -95,4 +96,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -35,6 +35,7 @@ import json
 import os
 import re
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -289,7 +290,6 @@ def main(argv=None):
     result.update(rows=rows, peak_accelerator_memory_mb=common.accelerator_peak_memory_mb(),
                   load_average_end=common.load_average())
     common.write_json(arguments.json, result)
-    return result
 
 
 COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "ms/step"),
@@ -298,4 +298,4 @@ COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "ms/step"),
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

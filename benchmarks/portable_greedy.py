@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -235,8 +236,7 @@ def main(argv=None):
                   peak_accelerator_memory_mb=common.accelerator_peak_memory_mb(),
                   load_average_end=common.load_average())
     common.write_json(arguments.json, result)
-    return result
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,6 +19,7 @@ its own, whose resident-set high-water mark is its peak.
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -284,4 +285,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
