@@ -25,6 +25,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchmarks import common  # noqa: E402
+from keras_transformer import files  # noqa: E402
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "first_translation.py")
 
@@ -62,6 +63,7 @@ def first_translation(path):
 
 def export_random_model(arguments, directory):
     """Exports the decoding benchmark's random-init translator; returns the directory."""
+    # Here: they load TensorFlow, which timing an --export-dir does not need.
     from benchmarks import decode_throughput
     from keras_transformer.serving import export
     _, translator = decode_throughput.build(arguments)
@@ -76,7 +78,6 @@ COLUMNS = [("artifact", "artifact"), ("run", "run"), ("python_start_s", "python 
 
 
 def main(argv=None):
-    from keras_transformer import files
     arguments = parse_arguments(argv)
     result = common.header(arguments)
     with tempfile.TemporaryDirectory() as scratch:

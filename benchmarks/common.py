@@ -16,8 +16,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
+import keras
 import numpy as np
+
+from keras_transformer import evaluation
+from keras_transformer.data import corpus, text
+from keras_transformer.serving import runners
 
 # Subword lengths of Multi30K en-de with an 8k shared vocabulary are close to a gamma
 # distribution with mean ≈ 15 (source) and ≈ 17 (target) pieces; synthetic sentences
@@ -36,8 +42,7 @@ CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 
 def machine():
     """Returns the CPU (model, family, vector extensions), cores, accelerators and versions."""
-    import keras
-
+    # Loads TensorFlow, which this module leaves to the functions that need it.
     from keras_transformer.training.distribution import cpu_info
     fields = cpu_info()
     flags = set(fields.get("flags", "").split())
@@ -47,11 +52,11 @@ def machine():
              "cores": os.cpu_count(), "python": platform.python_version(),
              "keras": keras.__version__, "keras_backend": keras.backend.backend()}
     if facts["keras_backend"] == "jax":  # mfu and portable_greedy run there without TensorFlow
-        import jax
+        import jax  # the backend's own library: a machine may have only one
         facts.update(jax=jax.__version__, gpus=[
             device.device_kind for device in jax.devices() if device.platform == "gpu"])
     else:
-        import tensorflow as tf
+        import tensorflow as tf  # as above
         facts.update(tensorflow=tf.__version__, gpus=[
             device.name for device in tf.config.list_physical_devices("GPU")])
     return facts
@@ -68,14 +73,13 @@ def gpu_names():
 
 def accelerator_peak_memory_mb():
     """The process's peak accelerator memory, or `None` without one."""
-    import keras
     backend = keras.backend.backend()
     if backend == "jax":
-        import jax
+        import jax  # the backend's own library: a machine may have only one
         stats = jax.devices()[0].memory_stats() or {}
         peak = stats.get("peak_bytes_in_use")
     elif backend == "tensorflow":
-        import tensorflow as tf
+        import tensorflow as tf  # as above
         gpus = tf.config.list_logical_devices("GPU")
         peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"] if gpus else None
     else:
@@ -86,7 +90,6 @@ def accelerator_peak_memory_mb():
 @contextlib.contextmanager
 def dtype_policy_restored():
     """Puts Keras's global dtype policy back on exit, for scripts that set one per variant."""
-    import keras
     previous = keras.config.dtype_policy()
     try:
         yield
@@ -230,7 +233,7 @@ class IdTokenizer:
     """Tokenizes space-separated ids ("5 17 33") into a ragged int32 tensor."""
 
     def tokenize(self, strings):
-        import tensorflow as tf
+        import tensorflow as tf  # here: JAX-only scripts import this module too
         return tf.strings.to_number(tf.strings.split(strings), tf.int32)
 
 
@@ -257,7 +260,7 @@ def _pseudo_words(count):
 
 def small_tokenizer(seed=0):
     """Returns a `Tokenizer` trained on `pseudo_sentences`: about one piece per word."""
-    from keras_transformer.data import tokenizer as tokenizer_lib
+    from keras_transformer.data import tokenizer as tokenizer_lib  # loads TensorFlow
     return tokenizer_lib.train_tokenizer(pseudo_sentences(3000, seed=seed), 512,
                                          verbose=False)
 
@@ -286,8 +289,6 @@ def add_run_arguments(parser, default_weights=None):
 
 def read_split(data_config, split, sentences=None):
     """Returns `(sources, references)`: the first `sentences` lines (all for `None`) of a split."""
-    from keras_transformer.data import corpus, text
-
     source_path, reference_path = corpus.corpus_files(data_config, split)
     return (text.read_lines(source_path)[:sentences],
             text.read_lines(reference_path)[:sentences])
@@ -300,12 +301,7 @@ def score_beam_search(translator, sources, references, batch_size=64):
         dict: `bleu`, `chrf`, `length_ratio` (hypothesis / reference length), `seconds`
         spent translating, and `bleu_text` (sacreBLEU's line with its signature).
     """
-    import time
-
-    import tensorflow as tf
-
-    from keras_transformer import evaluation
-    from keras_transformer.serving import runners
+    import tensorflow as tf  # here: JAX-only scripts import this module too
 
     def runner(sentences):
         return {key: value.numpy() for key, value in translator.translate_beam(

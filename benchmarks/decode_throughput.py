@@ -25,6 +25,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -122,6 +123,7 @@ def _saved_model_decoder(translator, scratch):
 
 
 def _tflite_decoder(translator, scratch, quantize=False):
+    # Here: LiteRT, and tf-text's kernels for it, serve the TFLite rows alone.
     import tensorflow_text
     from ai_edge_litert.interpreter import InterpreterWithCustomOps
     path = os.path.join(scratch, "translator-quantized.tflite" if quantize
@@ -156,7 +158,6 @@ def measure(name, decode, sentences, calls):
 
 def build(arguments):
     """Returns `(model, translator)`: a random-init model that never ends, and its translator."""
-    import keras
     keras.utils.set_random_seed(0)
     transformer = Transformer(
         arguments.vocabulary_size, num_layers=arguments.num_layers,

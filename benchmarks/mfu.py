@@ -44,6 +44,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
+from keras_transformer import config as config_lib  # noqa: E402
+from keras_transformer.model import Transformer  # noqa: E402
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy  # noqa: E402
+from keras_transformer.training.optimization import make_optimizer  # noqa: E402
 
 # Dense bf16 tensor-core peaks in TFLOP/s (NVIDIA's data sheets, without sparsity), by
 # the start of the name `nvidia-smi` reports. The H200 has the H100 SXM's compute.
@@ -53,7 +57,6 @@ PEAK_TFLOPS = (("NVIDIA H200", 989.4), ("NVIDIA H100 80GB HBM3", 989.4),
 
 
 def parse_arguments(argv=None):
-    from keras_transformer import config as config_lib
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="paper_base", choices=sorted(config_lib.PRESETS))
     parser.add_argument("--variants", nargs="+", action=common.ListOption,
@@ -126,9 +129,6 @@ def synthetic_batches(vocabulary_size, batch_size, length, count, seed=0):
 
 
 def build_and_compile(model_config, train_config, variant, arguments):
-    from keras_transformer.model import Transformer
-    from keras_transformer.training.losses import LabelSmoothedCrossEntropy
-    from keras_transformer.training.optimization import make_optimizer
     policy, _, option = variant.partition("+")
     if option not in ("", "fused"):
         raise ValueError(f"Unknown variant option {option!r} in {variant!r}: "
@@ -185,14 +185,14 @@ def measure(variant, config, arguments, flops_per_token, peak):
 def profiler_trace(directory):
     """Records what runs on the devices meanwhile, in the backend's own profiler."""
     if keras.backend.backend() == "jax":
-        import jax
+        import jax  # the backend's own library: a GPU machine may have only that one
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # device kernels are what is wanted
         with jax.profiler.trace(directory, create_perfetto_trace=True,
                                 profiler_options=options):
             yield
     else:
-        import tensorflow as tf
+        import tensorflow as tf  # as above
         tf.profiler.experimental.start(directory)
         try:
             yield
@@ -255,7 +255,6 @@ def device_kernel_times(directory, steps, top=15):
 
 
 def main(argv=None):
-    from keras_transformer import config as config_lib
     arguments = parse_arguments(argv)
     config = config_lib.override(config_lib.preset_config(arguments.preset),
                                  arguments.overrides)

@@ -9,10 +9,12 @@ is given the same `attention_dropout` unless `attention_dropout` says otherwise.
 """
 
 import keras
+from keras import ops
+
+from keras_transformer.model import Transformer
 
 
 def build_ours(arguments, vocabulary_size):
-    from keras_transformer.model import Transformer
     return Transformer(
         vocabulary_size, num_layers=arguments.num_layers, hidden_dim=arguments.hidden_dim,
         intermediate_dim=arguments.intermediate_dim, num_heads=arguments.num_heads,
@@ -25,8 +27,7 @@ def build_ours(arguments, vocabulary_size):
 
 def build_keras_hub(arguments, vocabulary_size):
     """The same architecture from keras-hub's layers, as a functional model."""
-    import keras_hub
-    from keras import ops
+    import keras_hub  # here: an optional dependency, for this comparison alone
     source_ids = keras.Input((None,), dtype="int32", name="source_ids")
     target_ids = keras.Input((None,), dtype="int32", name="target_ids")
     # Explicit masks: Keras 3 attention drops implicit ones after the first layer.

@@ -35,13 +35,14 @@ import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
 from benchmarks import common  # noqa: E402
+from keras_transformer import config as config_lib  # noqa: E402
+from keras_transformer.model import Transformer  # noqa: E402
 
 # The ids `keras_transformer.tokenizer` reserves; importing it would import TensorFlow.
 START_ID, END_ID = 2, 3
 
 
 def parse_arguments(argv=None):
-    from keras_transformer import config as config_lib
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="paper_base", choices=sorted(config_lib.PRESETS))
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
@@ -130,7 +131,7 @@ def compiled_greedy(model, output_length, decoder="cached"):
     decode = DECODERS[decoder]
     backend = keras.backend.backend()
     if backend == "jax":
-        import jax
+        import jax  # the backend's own compiler: a GPU machine may have only that one
 
         @jax.jit
         def run(values, source_ids):
@@ -141,7 +142,7 @@ def compiled_greedy(model, output_length, decoder="cached"):
         values = [variable.value for variable in model.variables]
         return lambda source_ids: run(values, source_ids)
     if backend == "tensorflow":
-        import tensorflow as tf
+        import tensorflow as tf  # as above
         return tf.function(lambda source_ids: decode(model, source_ids, output_length),
                            jit_compile=True)
     raise ValueError(f"benchmarks.portable_greedy runs on the jax and tensorflow backends, "
@@ -184,7 +185,6 @@ def cached_over_uncached(rows):
 
 
 def build(model_config, policy):
-    from keras_transformer.model import Transformer
     keras.config.set_dtype_policy(policy)
     keras.utils.set_random_seed(0)
     model = Transformer(**dict(dataclasses.asdict(model_config), dropout=0.0))
@@ -200,7 +200,6 @@ COLUMNS = [("variant", "variant"), ("decoder", "decoder"), ("batch", "batch"),
 
 
 def main(argv=None):
-    from keras_transformer import config as config_lib
     arguments = parse_arguments(argv)
     model_config = config_lib.override(config_lib.preset_config(arguments.preset),
                                        arguments.overrides).model

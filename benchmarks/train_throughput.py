@@ -28,6 +28,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 
 from benchmarks import common, models  # noqa: E402
+from keras_transformer.config import DataConfig, TrainConfig  # noqa: E402
+from keras_transformer.data import batching, corpus  # noqa: E402
+from keras_transformer.data import tokenizer as tokenizer_lib  # noqa: E402
+from keras_transformer.training import distribution  # noqa: E402
+from keras_transformer.training import fit as training  # noqa: E402
 
 MODELS = ("ours", "keras_hub")
 
@@ -65,11 +70,7 @@ def parse_arguments(argv=None):
 
 def make_data(arguments):
     """Returns `(dataset, vocabulary_size)`: repeating batches of (inputs, targets, weights)."""
-    from keras_transformer.data import batching
     if arguments.tokenizer_dir:
-        from keras_transformer.config import DataConfig
-        from keras_transformer.data import corpus
-        from keras_transformer.data import tokenizer as tokenizer_lib
         text = corpus.load_split(DataConfig(data_dir=arguments.data_dir), "train",
                                  verbose=False)
         tokenizer = tokenizer_lib.Tokenizer.load(arguments.tokenizer_dir)
@@ -88,9 +89,6 @@ def make_data(arguments):
 
 def compiled_model(name, arguments, vocabulary_size):
     """Builds `name` and compiles it as training does (loss, Adam, schedule, metrics)."""
-    from keras_transformer.config import TrainConfig
-    from keras_transformer.training import distribution
-    from keras_transformer.training import fit as training
     distribution.set_precision(arguments.mixed_precision)
     keras.utils.set_random_seed(0)
     model = models.build(name, arguments, vocabulary_size)
@@ -143,7 +141,7 @@ def measure_alone(arguments):
               "warmup_step_seconds": [step for step, _ in warmup],  # tracing first
               "rss_before_model_mb": before_model["rss_mb"], **common.memory_mb()}
     if arguments.profile_steps:
-        from benchmarks import profile_ops
+        from benchmarks import profile_ops  # here: TensorFlow's profiler, for this alone
         result["profile"] = profile_ops.profile(
             lambda steps: model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0),
             arguments.profile_steps)
@@ -226,9 +224,6 @@ def _forwarded_arguments(arguments):
 
 
 def _train_tokenizer(arguments, directory):
-    from keras_transformer.config import DataConfig
-    from keras_transformer.data import corpus
-    from keras_transformer.data import tokenizer as tokenizer_lib
     text = corpus.load_split(DataConfig(data_dir=arguments.data_dir), "train")
     tokenizer = tokenizer_lib.train_tokenizer(text.source_lines + text.target_lines,
                                               arguments.vocabulary_size)
@@ -277,7 +272,7 @@ def main(argv=None):
               f"{result['median_step_ratio']:.2f}x)")
     for row in rows:
         if row.get("profile"):
-            from benchmarks import profile_ops
+            from benchmarks import profile_ops  # here: TensorFlow's profiler, as above
             print(f"{row['model']}:")
             profile_ops.print_profile(row["profile"])
     result["load_average_end"] = common.load_average()
