@@ -5,6 +5,7 @@ import gzip
 import json
 import shutil
 
+import keras
 import pytest
 import sacrebleu
 
@@ -12,6 +13,7 @@ from benchmarks import quality
 from keras_transformer import recipe
 from keras_transformer.data import multi30k
 from keras_transformer.data.text import read_lines
+from keras_transformer.training import callbacks as callbacks_lib
 
 
 def test_append_row_makes_the_table_then_extends_it_in_place(tmp_path):
@@ -68,19 +70,27 @@ def corpus_without_test_splits(tmp_path, fixture_corpus_dir, monkeypatch):
     return data_dir, revealed
 
 
+@pytest.fixture
+def a_minute_per_update(monkeypatch):
+    """A fake clock for the time budget: every weight update takes a minute, however
+    fast this machine trains."""
+    monkeypatch.setattr(callbacks_lib.TimeBudget, "elapsed_minutes", lambda budget: float(
+        keras.ops.convert_to_numpy(budget.model.optimizer.iterations)))
+
+
 @pytest.mark.timeout(900)  # trains, chooses, exports and scores twice: about 4 minutes
 def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
-        tmp_path, corpus_without_test_splits):
+        tmp_path, corpus_without_test_splits, a_minute_per_update):
     data_dir, revealed = corpus_without_test_splits
     run_dir, results = tmp_path / "run", tmp_path / "RESULTS.md"
     arguments = ["--preset", "tiny", "--data-dir", str(data_dir),
-                 "--run-dir", str(run_dir), "--minutes", "0.001", "--length-penalties",
+                 "--run-dir", str(run_dir), "--minutes", "1", "--length-penalties",
                  "0.6", "--results", str(results), "--note", "smoke", "num_layers=1"]
     assert quality.main([*arguments, "--json", str(tmp_path / "first.json")]) == 0
     assert revealed == [True]
     first = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
     assert first["training"]["updates"] == 1  # the budget ends training after one batch
-    assert first["config"]["train"]["time_budget_minutes"] == 0.001
+    assert first["config"]["train"]["time_budget_minutes"] == 1
     assert first["config"]["model"]["num_layers"] == 1
     assert first["selection"]["weights"] == "newest checkpoint"
     assert first["selection"]["sentences"] == 29  # every validation sentence
