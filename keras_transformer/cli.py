@@ -13,9 +13,10 @@ exits with 1. Library messages and progress bars go to stderr, results to stdout
 TensorFlow's start-up lines are dropped unless `--verbose`, which also shows the
 traceback behind an error.
 
-Modules that load TensorFlow or Keras are imported by the verb that needs them, when it
-runs, not by this module: `--help` then answers at once, and TensorFlow loads only after
-its start-up output is set to be dropped. TensorFlow-free modules are imported here.
+Only modules that need nothing beyond the standard library (`config`, `files`, the
+fuzzer's generator) are imported here; the others (TensorFlow, Keras, NumPy for the
+runners) by the verb that needs them, when it runs: `--help` then answers at once, and
+TensorFlow loads only after its start-up output is set to be dropped.
 """
 
 import argparse
@@ -29,8 +30,7 @@ import sys
 import threading
 
 from keras_transformer import config as config_lib
-from keras_transformer import files, translate
-from keras_transformer.serving import runners
+from keras_transformer import files
 from keras_transformer.tools import fuzzing
 
 PROGRAM = "keras-transformer"
@@ -242,6 +242,7 @@ def _beam_size(args):
 
 
 def _exported_beam_size(artifact):
+    from keras_transformer.serving import runners  # NumPy: see the module docstring
     report = runners.export_report(artifact) or {}
     return report.get("translator", {}).get("beam_size", files.PAPER_BEAM_SIZE)
 
@@ -508,6 +509,7 @@ def _add_translate(parser):
 
 
 def _translate(args):
+    from keras_transformer import translate  # NumPy: see the module docstring
     files.check_output_file("--output", args.output, {"--input": args.input})
     if args.input and not os.path.isfile(args.input):
         raise UsageError(f"--input {args.input}: no such file.")
@@ -531,6 +533,7 @@ def _translate(args):
 
 
 def _load_translator(args):
+    from keras_transformer import translate  # NumPy: see the module docstring
     beam_size = _beam_size(args)
     translator = translate.load_translator(args.artifact, beam_size=beam_size,
                                          length_penalty=args.length_penalty,
@@ -637,6 +640,7 @@ def _fuzz(args):
     files.check_output_file("--output", args.output)
     if not all(artifact.endswith(".tflite") for artifact in args.artifacts):
         _load_tensorflow(args.verbose)
+    from keras_transformer.serving import runners  # NumPy: see the module docstring
     reports = {}
     for artifact in args.artifacts:
         runner = runners.open_runner(runners.resolve_artifact(artifact))
