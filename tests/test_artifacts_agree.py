@@ -17,11 +17,13 @@ from keras_transformer.serving.translator import Translator
 from keras_transformer.training import fit, runs
 from tests.export_helpers import CORPUS
 
-STEPS = 800
-# The fixture corpus's training sources: a model of width 64 trained 800 steps without
-# dropout has learnt them (76 of 100 translations differ; its translations of held-out
-# sentences repeat a few templates of the small corpus).
+STEPS = 1200
+# The fixture corpus's training sources: a model of width 64 trained 1200 steps without
+# dropout has learnt them (92 of 100 translations differ, greedy and beam; 86 after 800
+# steps, 91 after 1600; its translations of held-out sentences repeat a few templates of
+# the small corpus).
 SENTENCES = read_lines(CORPUS / "train.en.gz")[:100]
+DISTINCT = 0.8  # the least share of sentences that must get a translation of their own
 HAS_CTRANSLATE2 = importlib.util.find_spec("ctranslate2") is not None
 
 
@@ -39,7 +41,7 @@ def trained_export(tmp_path_factory):
     return Translator(model, tokenizer), export_dir
 
 
-@pytest.mark.timeout(900)  # 800 training steps, an export to both formats, 4 runtimes
+@pytest.mark.timeout(900)  # 1200 training steps, exports, 4 runtimes: 5 min on 2 busy cores
 @pytest.mark.parametrize("beam", [False, True], ids=["greedy", "beam"])
 def test_every_runtime_gives_the_models_ids_and_scores(trained_export, beam):
     translator, export_dir = trained_export
@@ -48,7 +50,7 @@ def test_every_runtime_gives_the_models_ids_and_scores(trained_export, beam):
     translations = runners.translations(reference)
     assert len(SENTENCES) >= 50
     # A trained model, not a constant: nearly every sentence gets its own translation.
-    assert len(set(translations)) >= 0.7 * len(SENTENCES)
+    assert len(set(translations)) >= DISTINCT * len(SENTENCES)
     for runner in (runners.SavedModelRunner(saved_model, _signature(beam)),
                    runners.SessionRunner(saved_model, _signature(beam)),
                    runners.TFLiteRunner(f"{export_dir}/{files.TFLITE}", _signature(beam))):
