@@ -1,7 +1,9 @@
 """Training on Keras's JAX backend through the same `train`: the run trains, validates
-with BLEU, resumes exactly, splits batches over devices without changing the loss, and
-exports and self-checks under TensorFlow. Each JAX run is a subprocess (a process picks
-its backend once); the checks of its outputs run here, on TensorFlow."""
+with BLEU, writes TensorBoard's scalars, resumes exactly (at an epoch's end or killed in
+the middle of one), computes TensorFlow's loss, splits batches over devices without
+changing the loss, and exports and self-checks under TensorFlow. Each JAX run is a
+subprocess (a process picks its backend once); the checks of its outputs run here, on
+TensorFlow."""
 
 import importlib.util
 import json
@@ -14,11 +16,17 @@ import h5py
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
 
+from keras_transformer import config as config_lib
 from keras_transformer import files
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
 from keras_transformer.model import Transformer
 from keras_transformer.serving import export, self_check
+from keras_transformer.training import backup as backup_lib
+from keras_transformer.training.bleu import SUMMARY_TAG as BLEU_TAG
+from keras_transformer.training.optimization import make_schedule
 from tests.conftest import fixture_corpus
 
 pytestmark = [
@@ -31,12 +39,20 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny run: two epochs of 6 updates, a checkpoint and a backup every 3.
 RUN = ["--preset", "tiny", "--data-dir", str(fixture_corpus()), "steps_per_epoch=6",
        "checkpoint_every_steps=3", "log_every_steps=3"]
+# Each test's time limit says what it waits for and how long that took on 2 CPU cores
+# shared with a training job; every subprocess has a shorter limit of its own.
 
 
 def run_jax(code, *, devices=1, timeout=600):
     """Runs `code` in a fresh process on the JAX backend (with `devices` CPU devices)."""
-    environment = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
-                   "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    return run_python(code, {
+        "KERAS_BACKEND": "jax",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}, timeout=timeout)
+
+
+def run_python(code, environment, timeout=600):
+    """Runs `code` in a fresh process with `environment` added; returns its stdout."""
+    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **environment}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=timeout, cwd=REPOSITORY, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -73,7 +89,7 @@ def jax_run(tmp_path_factory):
     return run_dir
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900)  # the jax_run fixture, one JAX process of at most 600 s: 210 s
 def test_a_run_trained_on_jax_has_everything_a_tensorflow_run_has(jax_run):
     for name in (files.CONFIG, files.FINAL_WEIGHTS, files.TOKENIZER, files.BACKUP):
         assert (jax_run / name).exists(), name
@@ -86,7 +102,7 @@ def test_a_run_trained_on_jax_has_everything_a_tensorflow_run_has(jax_run):
         assert os.listdir(jax_run / files.LOGS / log), log
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900)  # export and self-check, 55 s, after jax_run's 210 s if it is first
 def test_a_run_trained_on_jax_exports_and_passes_the_self_check(jax_run):
     export_dir, _ = export.export_run(str(jax_run), quantize=False)
     checks = self_check.check_run(str(jax_run), export_dir=export_dir, count=20)
@@ -94,18 +110,148 @@ def test_a_run_trained_on_jax_exports_and_passes_the_self_check(jax_run):
     assert not failed, self_check.format_table(checks)
 
 
-@pytest.mark.timeout(900)
-def test_a_resumed_jax_run_ends_with_the_uninterrupted_runs_weights(tmp_path):
+# Trains like the train command, then dies at once (as a process killed by a signal
+# would) after weight update KILL_AFTER, in the middle of the second epoch.
+KILL_AFTER = 11
+KILLED_CODE = """
+import os, keras
+from keras_transformer import cli
+from keras_transformer.training import fit
+make_callbacks = fit.make_callbacks
+
+class Kill(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) == {step}:
+            os._exit(0)
+
+fit.make_callbacks = lambda *args, **kwargs: [*make_callbacks(*args, **kwargs), Kill()]
+cli.main(['train', *{arguments!r}])
+raise SystemExit('training ended without being killed')
+"""
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(tmp_path_factory):
+    """Two epochs of 6 updates (backups every 3), trained uninterrupted, in two runs of
+    the command (stopped at the end of the first epoch), and killed after update 11,
+    then resumed from the backup of update 9, in the middle of the second epoch."""
+    root = tmp_path_factory.mktemp("resumed")
+    runs = {name: root / name for name in ("uninterrupted", "epoch_end", "mid_epoch")}
+    killed = [*RUN, "--run-dir", str(runs["mid_epoch"]), "epochs=2"]
+    run_jax(train_code((runs["uninterrupted"], ["epochs=2"]), (runs["epoch_end"], ["epochs=1"]),
+                       (runs["epoch_end"], ["epochs=2"]))
+            + KILLED_CODE.format(step=KILL_AFTER, arguments=killed))
+    backup = runs["mid_epoch"] / files.BACKUP
+    killed_at = backup_lib.read_backup_position(str(backup))
+    killed_final = (runs["mid_epoch"] / files.FINAL_WEIGHTS).exists()
+    run_jax(train_code((runs["mid_epoch"], ["epochs=2"])), timeout=300)
+    return runs, killed_at, killed_final
+
+
+@pytest.mark.timeout(1080)  # resumed_runs: JAX processes of at most 600 s and 300 s; 399 s
+def test_a_jax_run_resumed_at_an_epochs_end_ends_with_the_uninterrupted_runs_weights(
+        resumed_runs):
     """Dropout is on: the backup must restore the random generators' state as well."""
-    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
-    run_jax(train_code((uninterrupted, ["epochs=2"]), (resumed, ["epochs=1"]),
-                       (resumed, ["epochs=2"])))
-    final = model_weights(uninterrupted / files.FINAL_WEIGHTS)
-    start = model_weights(uninterrupted / files.CHECKPOINTS / files.CHECKPOINT.format(step=3))
+    runs, _, _ = resumed_runs
+    final = model_weights(runs["uninterrupted"] / files.FINAL_WEIGHTS)
+    start = model_weights(
+        runs["uninterrupted"] / files.CHECKPOINTS / files.CHECKPOINT.format(step=3))
     assert distance(final, start) > 0.1
-    again = model_weights(resumed / files.FINAL_WEIGHTS)
+    again = model_weights(runs["epoch_end"] / files.FINAL_WEIGHTS)
     assert again.keys() == final.keys()
     assert distance(again, final) <= 1e-6 * distance(final, start)
+
+
+@pytest.mark.timeout(1080)  # resumed_runs, as above, when this test runs first
+def test_a_jax_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(resumed_runs):
+    """The resumed run starts at the backup's batch of the second epoch, with its
+    dropout generators' state, and makes the uninterrupted run's remaining updates."""
+    runs, killed_at, killed_final = resumed_runs
+    assert killed_at == (1, 3) and not killed_final  # epoch 2 had made 3 of 6 updates
+    final = model_weights(runs["uninterrupted"] / files.FINAL_WEIGHTS)
+    start = model_weights(
+        runs["uninterrupted"] / files.CHECKPOINTS / files.CHECKPOINT.format(step=3))
+    resumed = model_weights(runs["mid_epoch"] / files.FINAL_WEIGHTS)
+    assert resumed.keys() == final.keys()
+    assert distance(resumed, final) <= 1e-6 * distance(final, start)
+    assert backup_lib.read_backup_position(str(runs["mid_epoch"] / files.BACKUP)) == (2, 0)
+
+
+def tensorboard_scalars(log_dir):
+    """`{tag: [(step, value)]}` of the scalars in the event files under `log_dir`."""
+    accumulator = event_accumulator.EventAccumulator(str(log_dir),
+                                                     size_guidance={"tensors": 0})
+    accumulator.Reload()
+    return {tag: [(event.step, float(tf.make_ndarray(event.tensor_proto)))
+                  for event in accumulator.Tensors(tag)]
+            for tag in accumulator.Tags()["tensors"]
+            if accumulator.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"}
+
+
+@pytest.mark.timeout(900)  # reads jax_run's logs; the fixture (210 s) if this test is first
+def test_a_jax_runs_tensorboard_logs_hold_loss_learning_rate_and_bleu(jax_run):
+    train = tensorboard_scalars(jax_run / files.LOGS / "train")
+    validation = tensorboard_scalars(jax_run / files.LOGS / "validation")
+    # Every log_every_steps=3 updates; Keras's epoch summaries by epoch.
+    assert [step for step, _ in train["batch_loss"]] == [3, 6, 9, 12]
+    assert all(math.isfinite(loss) and loss > 1.0 for _, loss in train["batch_loss"])
+    assert [step for step, _ in train["epoch_loss"]] == [0, 1]
+    # The rate the optimizer applies next: the schedule at the update count.
+    config = config_lib.Config.load(jax_run / files.CONFIG)
+    schedule = make_schedule(config.train, config.model.hidden_dim)
+    rates = train["batch_learning_rate"]
+    assert [step for step, _ in rates] == [3, 6, 9, 12]
+    for step, rate in rates:
+        assert rate == pytest.approx(float(schedule(step)), rel=1e-6)
+    assert [step for step, _ in validation["epoch_loss"]] == [0, 1]
+    # Validation BLEU at each epoch's end, as the best checkpoint recorded it.
+    bleu = validation[BLEU_TAG]
+    assert [step for step, _ in bleu] == [6, 12]
+    best = json.loads((jax_run / files.CHECKPOINTS / files.BEST_INFO).read_text())
+    best_step, best_bleu = max(bleu, key=lambda entry: (entry[1], -entry[0]))
+    assert (best["step"], best["bleu"]) == (best_step, pytest.approx(best_bleu, abs=1e-4))
+
+
+# The loss of one batch, as `fit` computes it (the compiled run's loss and metrics), of the
+# model whose weights are in WEIGHTS; prints it as JSON.
+LOSS_CODE = """
+import json, keras, numpy as np
+from keras_transformer.config import TrainConfig
+from keras_transformer.model import Transformer
+from keras_transformer.training import fit
+model = Transformer.from_preset('tiny', vocabulary_size={vocabulary}, num_layers=2)
+model.load_weights({weights!r})
+fit.compile_model(model, TrainConfig())
+batch = np.load({batch!r})
+inputs = {{'source_ids': batch['source_ids'], 'target_ids': batch['target_ids']}}
+result = model.evaluate(inputs, batch['targets'], batch_size=len(batch['targets']),
+                        verbose=0, return_dict=True)
+print(json.dumps({{'backend': keras.backend.backend(), 'loss': float(result['loss'])}}))
+"""
+
+
+@pytest.mark.timeout(600)  # two processes of at most 240 s each, one batch each: 54 s
+def test_the_same_batch_gives_the_same_loss_on_tensorflow_and_on_jax(tmp_path):
+    """The label-smoothed loss has a TensorFlow form (fused kernel) and a `keras.ops` one;
+    both, with the same weights, give the same loss on a batch with padding."""
+    vocabulary = 60
+    keras.utils.set_random_seed(5)
+    Transformer.from_preset("tiny", vocabulary_size=vocabulary, num_layers=2).save_weights(
+        tmp_path / "model.weights.h5")
+    rng = np.random.default_rng(5)
+    ids = rng.integers(END_ID + 1, vocabulary, size=(3, 3, 7)).astype("int32")
+    lengths = np.array([7, 4, 1])  # padded rows; the last has one real token
+    ids[:, np.arange(7)[None, :] >= lengths[:, None]] = PAD_ID
+    np.savez(tmp_path / "batch.npz", source_ids=ids[0], target_ids=ids[1], targets=ids[2])
+    code = LOSS_CODE.format(vocabulary=vocabulary, weights=str(tmp_path / "model.weights.h5"),
+                            batch=str(tmp_path / "batch.npz"))
+    tensorflow = run_python(code, {"KERAS_BACKEND": "tensorflow"}, timeout=240)
+    jax = run_jax(code, timeout=240)
+    assert [json.loads(output.split("\n")[-2])["backend"] for output in (tensorflow, jax)] == [
+        "tensorflow", "jax"]
+    losses = [json.loads(output.split("\n")[-2])["loss"] for output in (tensorflow, jax)]
+    assert losses[0] > 1.0  # an untrained model's loss over 60 tokens, not 0
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
 EVALUATE_ON_DEVICES = """
@@ -136,7 +282,7 @@ print(json.dumps([type(strategy).__name__, losses]))
 """
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900)  # one JAX process of at most 600 s on 2 devices: 159 s
 def test_the_loss_is_the_same_on_one_device_and_on_two():
     """The loss divides by the tokens of the whole batch, however many devices share it."""
     output = run_jax(EVALUATE_ON_DEVICES.format(data_dir=fixture_corpus()), devices=2)
@@ -146,7 +292,7 @@ def test_the_loss_is_the_same_on_one_device_and_on_two():
     assert two == pytest.approx(one, rel=1e-5)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900)  # one JAX process of at most 600 s, two runs of an epoch: 136 s
 def test_two_devices_train_like_one(tmp_path):
     """The same batches split over two devices: the same training, up to the order of
     float sums (which Adam's normalised steps carry into every weight)."""
@@ -160,7 +306,7 @@ def test_two_devices_train_like_one(tmp_path):
     assert distance(a, b) <= 1e-2 * distance(a, start)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(600)  # one JAX process of at most 300 s decoding 3 sentences: 16 s
 def test_the_portable_greedy_decoder_on_jax_gives_the_tensorflow_decoders_ids(tmp_path):
     from keras_transformer import decoding
 
@@ -180,7 +326,7 @@ def test_the_portable_greedy_decoder_on_jax_gives_the_tensorflow_decoders_ids(tm
         "decode = portable.compiled_greedy_ids(model, extra_length=7)\n"
         f"ids = decode(np.array({source_ids.tolist()}))\n"
         "print(json.dumps(ids.tolist()))\n")
-    found = json.loads(run_jax(code).split("\n")[-2])
+    found = json.loads(run_jax(code, timeout=300).split("\n")[-2])
 
     def without_padding(rows):
         return [[token for token in row if token != PAD_ID] for row in rows]
