@@ -409,6 +409,25 @@ def test_a_cache_grown_chunk_by_chunk_decodes_like_one_allocated_at_once(model, 
     np.testing.assert_allclose(found.scores.numpy(), expected.scores.numpy(), atol=1e-5)
 
 
+@pytest.mark.parametrize("decode", [decoding.greedy_decode, decoding.beam_search])
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_finished_sentences_leave_the_batch_without_changing_any_output(model, decode,
+                                                                         chunk):
+    # Limits of source length + 2 end the three sentences at different steps (the
+    # untrained model runs each to its limit), the middle one last: finished rows leave
+    # the batch between chunks, and their outputs must come back in their places.
+    source_ids = padded(SOURCES)
+    expected = decoding.decode_function(decode, model, extra_length=2)(source_ids)
+    found = decoding.decode_function(decode, model, extra_length=2,
+                                     cache_chunk=chunk)(source_ids)
+    assert len(set(expected.lengths.numpy().tolist())) == len(SOURCES)
+    np.testing.assert_array_equal(found.ids.numpy(), expected.ids.numpy())
+    np.testing.assert_allclose(found.scores.numpy(), expected.scores.numpy(), atol=1e-5)
+    if expected.normalized_scores is not None:
+        np.testing.assert_allclose(found.normalized_scores.numpy(),
+                                   expected.normalized_scores.numpy(), atol=1e-5)
+
+
 def test_grow_cache_keeps_what_was_written_and_appends_empty_positions(model):
     source_ids = padded(SOURCES)
     cache = model.init_cache(model.encode(source_ids), source_ids, 2)

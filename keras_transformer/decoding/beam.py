@@ -9,7 +9,9 @@ is reordered by one `tf.gather` per tensor) and the `K` best finished ones. A st
 expands the alive ones and takes the `2K` best candidates (at most `K` of them end, so
 `K` alive ones always remain): those among the best `K` that ended join the finished set,
 as in fairseq's beam search (so a beam of one is greedy decoding), and the `K` best that
-did not end stay alive. Sizes stay fixed through the loop, as in greedy decoding.
+did not end stay alive. Sizes stay fixed through the loop, as in greedy decoding, but
+for sentences whose search is over, which leave the batch between chunks of a growing
+cache.
 Shape legend as in `common.py`; `K` is the beam size.
 """
 
@@ -24,6 +26,8 @@ from keras_transformer.decoding.common import (
     has_source,
     length_limits,
     log_probabilities,
+    put_back,
+    staying_and_leaving,
     while_loop,
     write_position,
 )
@@ -76,78 +80,123 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
     beam_rows = tf.range(batch * beam_size) // beam_size  # (B*K,)
     cache = _gather_rows(cache, beam_rows)
     nonempty = tf.gather(has_source(source_ids, start_id, end_id, pad_id), beam_rows)
-    search = _BeamSearch(model, beam_size, length_penalty, limits, nonempty, end_id,
-                         pad_id)
-    steps, finished = search.run(cache, buffer_length, start_id, grow, cache_chunk)
-    finished_tokens, finished_scores, finished_normalized = finished
-    best = tf.range(batch) * beam_size  # (B,): finished beams are sorted, best first.
-    ids = tf.gather(finished_tokens, best)[:, 1:steps + 1]  # (B, L)
-    return decoded(model, ids, finished_scores[:, 0], finished_normalized[:, 0],
-                   encoder_output, source_ids, start_id, pad_id, return_attention)
+    search = _BeamSearch(model, beam_size, length_penalty, end_id, pad_id)
+    steps, (tokens, scores, normalized) = search.run(cache, limits, nonempty, buffer_length,
+                                                     start_id, grow, cache_chunk)
+    return decoded(model, tokens[:, 1:steps + 1], scores, normalized, encoder_output,
+                   source_ids, start_id, pad_id, return_attention)
 
 
 class _BeamSearch:
-    """The loop of `beam_search`: one `step` per output position, fixed shapes."""
+    """The loop of `beam_search`: one `step` per output position.
 
-    def __init__(self, model, beam_size, length_penalty, limits, nonempty, end_id,
-                 pad_id):
+    Sizes stay fixed through the loop, except where the cache grows by chunks: then
+    sentences whose search is over leave the batch before each chunk, their best
+    hypothesis put back into the results (`set_finished_aside`).
+    """
+
+    def __init__(self, model, beam_size, length_penalty, end_id, pad_id):
         self.model = model
         self.beam_size = beam_size
         self.length_penalty = length_penalty
-        self.limits = limits  # (B,)
-        self.nonempty = nonempty  # (B*K,): whether row `b * K + k`'s sentence has a source
         self.end_id = end_id
         self.pad_id = pad_id
-        self.batch = tf.shape(limits)[0]
 
-    def run(self, cache, buffer_length, start_id, grow=None, cache_chunk=None):
-        """Returns `(steps, (tokens (B*K, C+1), scores (B, K), normalized (B, K)))`.
+    def run(self, cache, limits, nonempty, buffer_length, start_id, grow=None,
+            cache_chunk=None):
+        """Returns `(steps, (tokens (B, C+1), scores (B,), normalized (B,)))`: each
+        sentence's best hypothesis.
 
-        With `grow`, the cache grows by `cache_chunk` positions at a time.
+        Args:
+            cache: the cache, `B*K` rows (row `b * K + k`: hypothesis `k` of sentence `b`).
+            limits: int32 `(B,)`, each sentence's most output tokens.
+            nonempty: bool `(B*K,)`, whether the row's sentence has a source.
+            grow, cache_chunk: grow the cache by `cache_chunk` positions at a time.
         """
-        rows = self.batch * self.beam_size
-        tokens = write_position(tf.fill([rows, buffer_length + 1], self.pad_id), 0,
-                                tf.fill([rows], start_id))  # (B*K, C + 1)
+        batch = tf.shape(limits)[0]
+        tokens = write_position(tf.fill([batch * self.beam_size, buffer_length + 1],
+                                        self.pad_id), 0,
+                                tf.fill([batch * self.beam_size], start_id))  # (B*K, C+1)
         # Only the first beam is alive at the start: K copies would fill the beam with
         # K copies of the same candidates.
         first = tf.range(self.beam_size) == 0  # (K,)
-        alive_scores = tf.where(first[None, :], 0.0, tf.fill([self.batch, 1], FORBIDDEN))
-        empty = tf.fill([self.batch, self.beam_size], FORBIDDEN)  # (B, K)
+        alive_scores = tf.where(first[None, :], 0.0, tf.fill([batch, 1], FORBIDDEN))
+        empty = tf.fill([batch, self.beam_size], FORBIDDEN)  # (B, K)
         finished = (tokens, empty, empty)
-        done = tf.zeros([self.batch], tf.bool)
-        loop_length = tf.reduce_max(self.limits)
+        done = tf.zeros([batch], tf.bool)
+        sentences = tf.range(batch)  # each sentence's place in the batch
+        results = self._best(finished)  # put back when a sentence leaves the batch
+        loop_length = tf.reduce_max(limits)
 
-        def not_done(index, alive_tokens, alive_scores, finished, done, cache):
+        def not_done(index, alive_tokens, alive_scores, finished, done, *_):
             return tf.logical_and(index < loop_length, tf.logical_not(tf.reduce_all(done)))
 
-        def step(index, alive_tokens, alive_scores, finished, done, cache):
+        def step(index, alive_tokens, alive_scores, finished, done, limits, nonempty,
+                 sentences, results, cache):
             del done  # recomputed from the new state
-            return self.step(index, alive_tokens, alive_scores, finished, cache)
+            index, alive_tokens, alive_scores, finished, done, cache = self.step(
+                index, alive_tokens, alive_scores, finished, limits, nonempty, cache)
+            return (index, alive_tokens, alive_scores, finished, done, limits, nonempty,
+                    sentences, results, cache)
 
-        loop_vars = (tf.constant(0), tokens, alive_scores, finished, done, cache)
+        loop_vars = (tf.constant(0), tokens, alive_scores, finished, done, limits, nonempty,
+                     sentences, results, cache)
         if grow is None:
-            steps, _, _, finished, _, _ = while_loop(not_done, step, loop_vars)
+            outputs = while_loop(not_done, step, loop_vars)
         else:
-            steps, _, _, finished, _, _ = chunked_loop(
-                not_done, step, loop_vars, grow=grow, chunk=cache_chunk,
-                buffer_length=buffer_length)
-        return steps, finished
+            outputs = chunked_loop(not_done, step, loop_vars, grow=grow, chunk=cache_chunk,
+                                   buffer_length=buffer_length,
+                                   compact=self.set_finished_aside)
+        steps, _, _, finished, _, _, _, sentences, results, _ = outputs
+        return steps, put_back(results, sentences, self._best(finished))
 
-    def step(self, index, alive_tokens, alive_scores, finished, cache):
+    def _best(self, finished):
+        """Returns the best finished hypothesis of each sentence: `(tokens (B, C+1),
+        scores (B,), normalized (B,))` (finished ones are sorted, best first)."""
+        finished_tokens, finished_scores, finished_normalized = finished
+        rows = tf.range(tf.shape(finished_scores)[0]) * self.beam_size  # (B,)
+        return (tf.gather(finished_tokens, rows), finished_scores[:, 0],
+                finished_normalized[:, 0])
+
+    def set_finished_aside(self, alive_tokens, alive_scores, finished, done, limits,
+                           nonempty, sentences, results, cache):
+        """Returns the loop state without the sentences that are `done`, their best
+        hypotheses put back into `results`."""
+        staying, leaving = staying_and_leaving(done)  # sentences
+        results = put_back(results, tf.gather(sentences, leaving), tf.nest.map_structure(
+            lambda value: tf.gather(value, leaving), self._best(finished)))
+        staying_rows = tf.reshape(staying[:, None] * self.beam_size
+                               + tf.range(self.beam_size)[None, :], [-1])  # (B'*K,)
+        finished_tokens, finished_scores, finished_normalized = finished
+        by_sentence = tf.nest.map_structure(
+            lambda value: tf.gather(value, staying),
+            (alive_scores, finished_scores, finished_normalized, done, limits, sentences))
+        by_row = tf.nest.map_structure(
+            lambda value: tf.gather(value, staying_rows),
+            (alive_tokens, finished_tokens, nonempty, cache))
+        alive_scores, finished_scores, finished_normalized, done, limits, sentences = (
+            by_sentence)
+        alive_tokens, finished_tokens, nonempty, cache = by_row
+        return (alive_tokens, alive_scores,
+                (finished_tokens, finished_scores, finished_normalized), done, limits,
+                nonempty, sentences, results, cache)
+
+    def step(self, index, alive_tokens, alive_scores, finished, limits, nonempty, cache):
         """Decodes position `index` for every alive hypothesis; returns the loop state."""
+        batch = tf.shape(alive_scores)[0]
         logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index)
         log_probs = constrain_first_token(log_probabilities(logits, self.pad_id), index,
-                                          self.nonempty, self.end_id)  # (B*K, V)
+                                          nonempty, self.end_id)  # (B*K, V)
         vocabulary = tf.shape(log_probs)[1]
         candidates = tf.reshape(alive_scores, [-1, 1]) + log_probs  # (B*K, V)
         top_scores, top_indices = tf.math.top_k(
-            tf.reshape(candidates, [self.batch, -1]), 2 * self.beam_size)  # (B, 2K)
+            tf.reshape(candidates, [batch, -1]), 2 * self.beam_size)  # (B, 2K)
         origins = _flat_rows(top_indices // vocabulary, self.beam_size)  # (B*2K,)
         top_ids = top_indices % vocabulary  # (B, 2K)
         top_tokens = write_position(tf.gather(alive_tokens, origins), index + 1,
                                     tf.reshape(top_ids, [-1]))  # (B*2K, C + 1)
         length = index + 1
-        ended = (top_ids == self.end_id) | (length >= self.limits)[:, None]  # (B, 2K)
+        ended = (top_ids == self.end_id) | (length >= limits)[:, None]  # (B, 2K)
 
         # Alive: the K best candidates that did not end.
         alive_scores, picks = tf.math.top_k(tf.where(ended, FORBIDDEN, top_scores),
@@ -162,23 +211,24 @@ class _BeamSearch:
         # ones. An ended candidate ranked below K would not have been kept by a beam of K.
         in_beam = tf.range(2 * self.beam_size) < self.beam_size  # (2K,): top_k sorts
         entering = (ended & in_beam[None, :] & (top_scores > FORBIDDEN / 2)
-                    & (length <= self.limits)[:, None])
+                    & (length <= limits)[:, None])
         finished = self._merge(finished, top_tokens, top_scores, entering, length)
         worst_finished = finished[2][:, -1]  # (B,)
         # Nothing alive is left when only forbidden tokens remain (an empty source).
-        done = (length >= self.limits) | (alive_scores[:, 0] <= FORBIDDEN / 2) | (
-            worst_finished >= self._best_reachable(alive_scores[:, 0]))
+        done = (length >= limits) | (alive_scores[:, 0] <= FORBIDDEN / 2) | (
+            worst_finished >= self._best_reachable(alive_scores[:, 0], limits))
         return length, alive_tokens, alive_scores, finished, done, cache
 
     def _merge(self, finished, tokens, scores, entering, length):
         """Returns the K best of the finished hypotheses and the `entering` candidates."""
         finished_tokens, finished_scores, finished_normalized = finished
+        batch = tf.shape(finished_scores)[0]
         penalty = gnmt_length_penalty(length, self.length_penalty)
         normalized = tf.where(entering, scores / penalty, FORBIDDEN)  # (B, 2K)
         width = tokens.shape[-1] or tf.shape(tokens)[-1]  # C + 1, static when it can be
         all_tokens = tf.reshape(tf.concat(
-            [tf.reshape(finished_tokens, [self.batch, -1, width]),
-             tf.reshape(tokens, [self.batch, -1, width])], axis=1), [-1, width])  # (B*3K, C+1)
+            [tf.reshape(finished_tokens, [batch, -1, width]),
+             tf.reshape(tokens, [batch, -1, width])], axis=1), [-1, width])  # (B*3K, C+1)
         all_scores = tf.reshape(tf.concat([finished_scores, scores], axis=1), [-1])  # (B*3K,)
         finished_normalized, picks = tf.math.top_k(
             tf.concat([finished_normalized, normalized], axis=1), self.beam_size)  # (B, K)
@@ -186,13 +236,13 @@ class _BeamSearch:
         finished_scores = tf.reshape(tf.gather(all_scores, rows), [-1, self.beam_size])
         return tf.gather(all_tokens, rows), finished_scores, finished_normalized
 
-    def _best_reachable(self, best_alive_scores):
+    def _best_reachable(self, best_alive_scores, limits):
         """Upper bound `(B,)` on the normalised score any alive hypothesis can reach.
 
         Log-probabilities only fall as tokens are added, and for α ≥ 0 dividing a
         negative score by the largest penalty (at the length limit) raises it the most.
         """
-        return best_alive_scores / gnmt_length_penalty(self.limits, self.length_penalty)
+        return best_alive_scores / gnmt_length_penalty(limits, self.length_penalty)
 
 
 def _flat_rows(indices, width):

@@ -192,7 +192,7 @@ def while_loop(condition, body, loop_vars, growing_cache=False):
     return tf.while_loop(condition, body, loop_vars, shape_invariants=invariants)
 
 
-def chunked_loop(condition, body, loop_vars, *, grow, chunk, buffer_length):
+def chunked_loop(condition, body, loop_vars, *, grow, chunk, buffer_length, compact=None):
     """Runs `while_loop(condition, body, loop_vars)`, growing the cache as it goes.
 
     Loop states are `(index, *rest, cache)`. The cache starts with no positions; before
@@ -200,13 +200,20 @@ def chunked_loop(condition, body, loop_vars, *, grow, chunk, buffer_length):
     it room up to `min(index + chunk, buffer_length)`, and an inner loop decodes until
     that room is full. The outputs are those of `while_loop` over a cache of
     `buffer_length` positions: the positions not yet written are masked either way.
+    Before each chunk, `compact(*rest, cache)`, when given, returns the state without
+    the rows that have finished (having put their results aside): the next steps then
+    decode only the sentences still being translated.
 
     Why: every step reads its whole cache (attention) and writes it whole (TFLite's WHILE
     copies every loop variable at every iteration; beam search reorders it), so a cache
     sized for the longest output allowed (source length + 50, §6.1) costs most of a
-    step at large batches, where the translations end after 10 to 30 tokens.
+    step at large batches, where the translations end after 10 to 30 tokens; and a
+    batch runs as many steps as its longest translation, which finished rows would
+    otherwise pay for at every one of them.
     """
     def grow_then_decode(index, *state):
+        if compact is not None:
+            state = compact(*state)
         length = tf.minimum(index + chunk, buffer_length)
         cache = grow(state[-1], length)
 
@@ -216,6 +223,43 @@ def chunked_loop(condition, body, loop_vars, *, grow, chunk, buffer_length):
         return while_loop(room_left, body, (index, *state[:-1], cache))
 
     return while_loop(condition, grow_then_decode, loop_vars, growing_cache=True)
+
+
+def staying_and_leaving(finished):
+    """Returns int32 `(rows that stay, rows that leave)` for a bool `(B,)` `finished`."""
+    def rows(condition):
+        return tf.cast(tf.reshape(tf.where(condition), [-1]), tf.int32)
+    return rows(tf.logical_not(finished)), rows(finished)
+
+
+def put_back(results, rows, values):
+    """Returns `results` with the entries of `rows` replaced by `values`.
+
+    Decoders that let finished sentences leave the batch keep every sentence's result
+    in full-size `results` (a structure of tensors, one entry per sentence of the batch
+    on axis 0), written back by each sentence's original place `rows` (int32 `(n,)`)
+    from `values` (the same structure, `n` entries). Fixed-size results keep every loop
+    variable but the shrinking batch of one shape, which TFLite's loops need.
+
+    A gather and a select rather than a scatter: TFLite has no in-place scatter, and
+    its converter turns one into arithmetic over the whole tensor.
+    """
+    batch = tf.shape(tf.nest.flatten(results)[0])[0]
+    count = tf.shape(rows)[0]
+    # 2 where an entry's place is in `rows`, then a column of 1s: the argmax is the
+    # entry's index in `values`, or `count` for entries not in `rows` (and defined when
+    # `count` is 0). Those read one row past the values, then keep their result.
+    matches = 2 * tf.cast(tf.equal(tf.range(batch)[:, None], rows[None, :]), tf.int32)
+    sources = tf.argmax(tf.concat([matches, tf.ones([batch, 1], tf.int32)], axis=1),
+                        axis=1, output_type=tf.int32)  # (B,)
+    present = sources < count  # (B,)
+
+    def put(result, value):
+        gathered = tf.gather(tf.concat([value, result[:1]], axis=0), sources)
+        keep = tf.reshape(present, [-1] + [1] * (result.shape.rank - 1))
+        return tf.where(keep, gathered, result)
+
+    return tf.nest.map_structure(put, results, values)
 
 
 def decoded(model, ids, scores, normalized_scores, encoder_output, source_ids, start_id,

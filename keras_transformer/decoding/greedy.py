@@ -13,6 +13,8 @@ from keras_transformer.decoding.common import (
     has_source,
     length_limits,
     log_probabilities,
+    put_back,
+    staying_and_leaving,
     while_loop,
     write_position,
 )
@@ -97,7 +99,8 @@ def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id,
 
     `tokens` is the `(B, C + 1)` buffer holding the start token and the outputs so far;
     `nonempty` (bool `(B,)`) says which sentences have a source (`has_source`). With
-    `grow`, the state (the cache) grows by `cache_chunk` positions at a time.
+    `grow`, the state (the cache) grows by `cache_chunk` positions at a time, and
+    sentences that have finished leave the batch before each chunk (`chunked_loop`).
 
     Returns:
         `(ids, scores)`: int32 `(B, L)` outputs of the `L` steps run and float32 `(B,)`
@@ -108,13 +111,15 @@ def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id,
     tokens = write_position(tokens, 0, tf.fill([batch], start_id))  # (B, C + 1)
     finished = tf.zeros([batch], tf.bool)
     scores = tf.zeros([batch], tf.float32)
+    rows = tf.range(batch)  # each row's sentence
+    results = (tokens, scores)  # each sentence's, put back when it leaves the batch
     loop_length = tf.reduce_max(limits)
 
-    def not_done(index, tokens, finished, scores, state):
+    def not_done(index, tokens, finished, *_):
         return tf.logical_and(index < loop_length,
                               tf.logical_not(tf.reduce_all(finished)))
 
-    def decode_one(index, tokens, finished, scores, state):
+    def decode_one(index, tokens, finished, scores, limits, nonempty, rows, results, state):
         logits, state = step(tokens, index, state)  # (B, V)
         log_probs = constrain_first_token(log_probabilities(logits, pad_id), index,
                                           nonempty, end_id)  # (B, V)
@@ -123,13 +128,25 @@ def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id,
         scores += tf.where(finished, 0.0, tf.reduce_max(log_probs, axis=-1))
         tokens = write_position(tokens, index + 1, next_ids)
         finished = finished | (next_ids == end_id) | (index + 1 >= limits)
-        return index + 1, tokens, finished, scores, state
+        return index + 1, tokens, finished, scores, limits, nonempty, rows, results, state
 
-    loop_vars = (tf.constant(0), tokens, finished, scores, state)
+    def set_finished_aside(tokens, finished, scores, limits, nonempty, rows, results, state):
+        staying, leaving = staying_and_leaving(finished)
+        results = put_back(results, tf.gather(rows, leaving),
+                           (tf.gather(tokens, leaving), tf.gather(scores, leaving)))
+        tokens, finished, scores, limits, nonempty, rows, state = tf.nest.map_structure(
+            lambda value: tf.gather(value, staying),
+            (tokens, finished, scores, limits, nonempty, rows, state))
+        return tokens, finished, scores, limits, nonempty, rows, results, state
+
+    loop_vars = (tf.constant(0), tokens, finished, scores, limits, nonempty, rows, results,
+                 state)
     if grow is None:
-        steps, tokens, _, scores, _ = while_loop(not_done, decode_one, loop_vars)
+        steps, tokens, _, scores, _, _, rows, results, _ = while_loop(not_done, decode_one,
+                                                                      loop_vars)
     else:
-        steps, tokens, _, scores, _ = chunked_loop(
+        steps, tokens, _, scores, _, _, rows, results, _ = chunked_loop(
             not_done, decode_one, loop_vars, grow=grow, chunk=cache_chunk,
-            buffer_length=buffer_length)
+            buffer_length=buffer_length, compact=set_finished_aside)
+    tokens, scores = put_back(results, rows, (tokens, scores))
     return tokens[:, 1:steps + 1], scores
