@@ -130,8 +130,12 @@ def log_probabilities(logits, pad_id):
     own log-probabilities, so scores are the model's.
     """
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # (B, V)
-    is_pad = tf.range(tf.shape(log_probs)[-1]) == pad_id  # (V,)
-    return tf.where(is_pad[None, :], FORBIDDEN, log_probs)
+    # Added rather than selected: TFLite runs a broadcast select with its slow reference
+    # kernel, over the whole (B, V) at every step. Other tokens keep their values exactly
+    # (x + 0), and padding gets FORBIDDEN (a log-probability's few units vanish in it).
+    pad_bias = tf.one_hot(pad_id, tf.shape(log_probs)[-1], on_value=FORBIDDEN,
+                          off_value=0.0)  # (V,)
+    return log_probs + pad_bias[None, :]
 
 
 def has_source(source_ids, start_id, end_id, pad_id):
@@ -157,10 +161,14 @@ def constrain_first_token(log_probs, index, nonempty, end_id):
     the same reason. An empty source has nothing to translate, and its translation is
     empty. Chosen tokens keep the model's log-probabilities, so scores stay the model's.
     """
-    is_end = tf.range(tf.shape(log_probs)[-1]) == end_id  # (V,)
-    forbidden = tf.where(nonempty[:, None], is_end[None, :],
-                         tf.logical_not(is_end)[None, :])  # (B, V)
-    return tf.where(forbidden & (index == 0), FORBIDDEN, log_probs)
+    def constrained():
+        is_end = tf.range(tf.shape(log_probs)[-1]) == end_id  # (V,)
+        forbidden = tf.where(nonempty[:, None], is_end[None, :],
+                             tf.logical_not(is_end)[None, :])  # (B, V)
+        return tf.where(forbidden, FORBIDDEN, log_probs)
+
+    # Only the first step pays for the (B, V) masks.
+    return tf.cond(index == 0, constrained, lambda: log_probs)
 
 
 def write_position(tokens, index, new_ids):
