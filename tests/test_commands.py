@@ -151,6 +151,8 @@ def test_the_main_job_trains_chooses_exports_checks_and_scores_every_test_split(
     assert noise == []
 
 
+# Run alone, a test of the main job's run pays for the main_job fixture (up to 900 s).
+@pytest.mark.timeout(1200)  # the fixture, then loading and translating five times
 def test_translators_of_a_run_its_saved_model_and_its_tflite_file_agree(
         main_job, fixture_corpus_dir):
     run_dir, result = main_job
@@ -167,6 +169,7 @@ def test_translators_of_a_run_its_saved_model_and_its_tflite_file_agree(
     assert beam[0] == beam[1]
 
 
+@pytest.mark.timeout(1920)  # the fixture, translate (120 s) and evaluate --beam (600 s)
 def test_the_translate_and_evaluate_verbs_on_the_main_jobs_run(main_job, tmp_path):
     run_dir, result = main_job
     assert result.returncode == 0
