@@ -1,6 +1,8 @@
 """README's promises: its quick start runs as written (on the fixture corpus instead of a
 download), and CI runs its test command as written."""
 
+import ast
+import dataclasses
 import os
 import re
 import shutil
@@ -9,6 +11,7 @@ import sys
 
 import pytest
 
+import keras_transformer as kt
 from keras_transformer.data import multi30k
 from tests.conftest import REPOSITORY
 
@@ -55,3 +58,29 @@ def test_the_quick_start_runs_as_written(tmp_path, fixture_corpus_dir):
     assert len(outputs[2].splitlines()) == 1  # one translation for the one sentence
     rows = [line.split()[0] for line in outputs[3].splitlines() if line.startswith("test_")]
     assert rows == list(multi30k.TEST_SPLITS)
+
+
+def python_block(heading):
+    """The code of the python blocks under the `## heading` of README."""
+    section = README.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return "\n".join(re.findall(r"```python\n(.*?)```", section, re.S))
+
+
+@pytest.mark.timeout(600)  # trains the tiny preset for an epoch, builds paper_base
+def test_the_python_api_runs_as_written(tmp_path, fixture_corpus_dir, monkeypatch):
+    code = python_block("Python API")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 5
+    # Presets read the fixture corpus instead of downloading Multi30K.
+    original = kt.preset_config
+    monkeypatch.setattr(kt, "preset_config", lambda name: dataclasses.replace(
+        original(name), data=dataclasses.replace(original(name).data,
+                                                 data_dir=str(fixture_corpus_dir))))
+    monkeypatch.chdir(tmp_path)
+    *statements, last = ast.parse(code).body
+    namespace = {}
+    exec(compile(ast.Module(statements, []), "README.md", "exec"), namespace)
+    translations = namespace["translate"](["A man is riding a bicycle."])
+    assert len(translations) == 1 and isinstance(translations[0], str)
+    assert (tmp_path / "runs" / "tiny-api" / "model.weights.h5").exists()
+    exec(compile(ast.Module([last], []), "README.md", "exec"), namespace)
+    assert namespace["model"].count_params() == 63_082_496
