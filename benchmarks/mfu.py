@@ -1,18 +1,15 @@
 """Model FLOP utilisation (MFU) of our Transformer's training step, on any Keras backend.
 
 Trains a preset's model (default `paper_base`: 6+6 layers, d 512, d_ff 2048, 37k
-vocabulary) under `model.fit` with the training loss and `optimizer.make_optimizer`, on
+vocabulary) under `model.fit`, compiled as `train` compiles it (`losses.compile_model`:
+the label-smoothed loss, the token metrics, the optimizer and its schedule), on
 synthetic batches of the config's `batch_tokens` per side, one variant after the other in
 one process, each a dtype policy, optionally `+fused` for `keras.ops.dot_product_attention`.
 Every batch has the same shape `(batch, --length)` and no padding, so every token is
 real and one compiled program serves every step. XLA compiles the step (`jit_compile`
 on TensorFlow; JAX always compiles).
 
-The model is compiled here rather than by `training.fit.compile_model`, whose module
-imports TensorFlow (the data pipeline, `tf.distribute`), which the GPU machines this runs
-on lack. The rest of the step is `train`'s own and imports no TensorFlow: the model, the
-loss, and the optimizer with its schedule; compile_model's accuracy and token-count
-metrics are left out.
+Nothing of this step imports TensorFlow, which the GPU machines this runs on may lack.
 
 MFU = model FLOPs per second / the device's dense bf16 peak (for float32 rows too, so
 that rows compare). Model FLOPs per target token are the
@@ -46,8 +43,7 @@ import numpy as np  # noqa: E402
 from benchmarks import common  # noqa: E402
 from keras_transformer import config as config_lib  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy  # noqa: E402
-from keras_transformer.training.optimization import make_optimizer  # noqa: E402
+from keras_transformer.training.losses import compile_model  # noqa: E402
 
 # Dense bf16 tensor-core peaks in TFLOP/s (NVIDIA's data sheets, without sparsity), by
 # the start of the name `nvidia-smi` reports. The H200 has the H100 SXM's compute.
@@ -138,11 +134,9 @@ def build_and_compile(model_config, train_config, variant, arguments):
     model = Transformer(**dict(dataclasses.asdict(model_config),
                                max_length=max(model_config.max_length, arguments.length),
                                use_fused_attention=option == "fused"))
-    model.compile(
-        optimizer=make_optimizer(train_config, model_config.hidden_dim),
-        loss=LabelSmoothedCrossEntropy(train_config.label_smoothing,
-                                       pad_id=model_config.pad_id),
-        jit_compile=True, steps_per_execution=arguments.steps_per_execution)
+    # One XLA program per step on TensorFlow too (JAX always compiles).
+    compile_model(model, dataclasses.replace(train_config, jit_compile=True),
+                  steps_per_execution=arguments.steps_per_execution)
     return model
 
 

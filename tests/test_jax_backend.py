@@ -218,10 +218,10 @@ LOSS_CODE = """
 import json, keras, numpy as np
 from keras_transformer.config import TrainConfig
 from keras_transformer.model import Transformer
-from keras_transformer.training import fit
+from keras_transformer.training import losses
 model = Transformer.from_preset('tiny', vocabulary_size={vocabulary}, num_layers=2)
 model.load_weights({weights!r})
-fit.compile_model(model, TrainConfig())
+losses.compile_model(model, TrainConfig())
 batch = np.load({batch!r})
 inputs = {{'source_ids': batch['source_ids'], 'target_ids': batch['target_ids']}}
 result = model.evaluate(inputs, batch['targets'], batch_size=len(batch['targets']),

@@ -8,7 +8,7 @@ import pytest
 
 from keras_transformer import cli
 from keras_transformer import config as config_lib
-from keras_transformer.training import distribution, fit, runs
+from keras_transformer.training import distribution, fit, losses, runs
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimization import make_optimizer, make_schedule
 from tests.conftest import REPOSITORY
@@ -113,7 +113,7 @@ def _fit(model, inputs, targets, optimizer, batch_size, jit_compile=False):
     weights compare gradients. (Adam's first update is the gradient's sign, which a
     rounding difference flips wherever a component is near zero.)
     """
-    fit.compile_model(model, config_lib.TrainConfig(jit_compile=jit_compile), optimizer)
+    losses.compile_model(model, config_lib.TrainConfig(jit_compile=jit_compile), optimizer)
     history = model.fit(inputs, targets, batch_size=batch_size, epochs=1, shuffle=False,
                         verbose=0)
     return model.get_weights(), history.history["loss"][0]
@@ -209,12 +209,12 @@ def test_the_jax_step_always_compiles_and_tensorflows_as_configured(
         backend_with_a_gpu, monkeypatch, jit_compile):
     train_config = config_lib.TrainConfig(jit_compile=jit_compile)
     expected = jit_compile or backend_with_a_gpu == "jax"
-    assert fit.compiles_step(train_config) is expected
+    assert losses.compiles_step(train_config) is expected
     monkeypatch.setattr(distribution, "has_gpu", lambda: False)  # on a CPU as well
-    assert fit.compiles_step(train_config) is expected
+    assert losses.compiles_step(train_config) is expected
     compiled = []
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
     model.pad_id, model.hidden_dim = 0, 2  # what compile_model reads from a Transformer
     monkeypatch.setattr(model, "compile", lambda **options: compiled.append(options))
-    fit.compile_model(model, train_config)
+    losses.compile_model(model, train_config)
     assert compiled[0]["jit_compile"] is expected

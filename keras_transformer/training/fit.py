@@ -23,11 +23,7 @@ from keras_transformer.training import backup as backup_lib
 from keras_transformer.training import callbacks as callbacks_lib
 from keras_transformer.training import distribution, runs
 from keras_transformer.training.bleu import BleuCallback, ValidationTranslator
-from keras_transformer.training.losses import (
-    LabelSmoothedCrossEntropy,
-    MaskedAccuracy,
-    TargetTokens,
-)
+from keras_transformer.training.losses import compile_model, compiles_step
 from keras_transformer.training.monitoring import TranslationMonitor
 from keras_transformer.training.optimization import make_optimizer, make_schedule
 
@@ -112,29 +108,6 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
         files.replace_atomically(os.path.join(run_dir, files.FINAL_WEIGHTS),
                                  lambda path: model.save_weights(path, overwrite=True))
     return history
-
-
-def compile_model(model, train_config, optimizer=None):
-    """Compiles `model` with the label-smoothed loss and the token metrics.
-
-    Args:
-        model: `Transformer`, built under the strategy's scope.
-        train_config: `TrainConfig`.
-        optimizer: optional optimizer replacing `make_optimizer`'s.
-    """
-    pad_id = model.pad_id
-    model.compile(
-        optimizer=optimizer or make_optimizer(train_config, model.hidden_dim),
-        loss=LabelSmoothedCrossEntropy(train_config.label_smoothing, pad_id=pad_id),
-        metrics=[MaskedAccuracy(pad_id=pad_id), TargetTokens(pad_id=pad_id)],
-        jit_compile=compiles_step(train_config))
-
-
-def compiles_step(train_config):
-    """Whether the training step is one XLA program: `train.jit_compile` on TensorFlow
-    (where "auto" never picks XLA under a strategy), always on JAX (whose steps run op
-    by op otherwise)."""
-    return bool(train_config.jit_compile) or keras.backend.backend() == "jax"
 
 
 def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_steps=None):

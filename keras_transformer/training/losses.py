@@ -1,11 +1,16 @@
 """What training minimises and reports over target tokens, padding left out (§5.4).
 
 `LabelSmoothedCrossEntropy` is the loss; `MaskedAccuracy` and `TargetTokens` are the
-metrics `fit` shows (the token count also feeds `callbacks.ThroughputLogger`).
+metrics `fit` shows (the token count also feeds `callbacks.ThroughputLogger`);
+`compile_model` compiles a model with them and the optimizer. Nothing here imports
+TensorFlow, so that a training step can be compiled on a machine with another Keras
+backend alone (`benchmarks/mfu.py` on a GPU machine with JAX).
 """
 
 import keras
 from keras import ops
+
+from keras_transformer.training.optimization import make_optimizer
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -185,3 +190,27 @@ def _token_weights(y_true, pad_id, sample_weight):
     if sample_weight is not None:
         weights = weights * ops.cast(sample_weight, "float32")
     return weights
+
+
+def compile_model(model, train_config, optimizer=None, **options):
+    """Compiles `model` with the label-smoothed loss and the token metrics.
+
+    Args:
+        model: `Transformer`, built under the strategy's scope.
+        train_config: `TrainConfig`.
+        optimizer: optional optimizer replacing `make_optimizer`'s.
+        **options: further arguments of `model.compile` (`steps_per_execution`, say).
+    """
+    pad_id = model.pad_id
+    model.compile(
+        optimizer=optimizer or make_optimizer(train_config, model.hidden_dim),
+        loss=LabelSmoothedCrossEntropy(train_config.label_smoothing, pad_id=pad_id),
+        metrics=[MaskedAccuracy(pad_id=pad_id), TargetTokens(pad_id=pad_id)],
+        jit_compile=compiles_step(train_config), **options)
+
+
+def compiles_step(train_config):
+    """Whether the training step is one XLA program: `train.jit_compile` on TensorFlow
+    (where "auto" never picks XLA under a strategy), always on JAX (whose steps run op
+    by op otherwise)."""
+    return bool(train_config.jit_compile) or keras.backend.backend() == "jax"
