@@ -24,6 +24,7 @@ import numpy as np
 from keras_transformer import evaluation
 from keras_transformer.data import corpus, text
 from keras_transformer.serving import runners
+from keras_transformer.training import cpu
 
 # Subword lengths of Multi30K en-de with an 8k shared vocabulary are close to a gamma
 # distribution with mean ≈ 15 (source) and ≈ 17 (target) pieces; synthetic sentences
@@ -42,9 +43,7 @@ CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 
 def machine():
     """Returns the CPU (model, family, vector extensions), cores, accelerators and versions."""
-    # Loads TensorFlow, which this module leaves to the functions that need it.
-    from keras_transformer.training.distribution import cpu_info
-    fields = cpu_info()
+    fields = cpu.info()
     flags = set(fields.get("flags", "").split())
     facts = {"cpu": fields.get("model name", "unknown"),
              "cpu_family": fields.get("cpu family"), "cpu_model": fields.get("model"),

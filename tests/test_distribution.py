@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from keras_transformer.training import distribution
+from keras_transformer.training import cpu, distribution
 
 # Runs in a fresh process: logical devices must be set before TensorFlow starts.
 REPLICA_SCRIPT = textwrap.dedent("""
@@ -155,7 +155,7 @@ def test_precision_policies():
 ])
 def test_half_precision_on_a_cpu_warns_unless_the_cpu_multiplies_it(
         monkeypatch, caplog, precision, has_bfloat16, warns):
-    monkeypatch.setattr(distribution, "cpu_has_bfloat16", lambda: has_bfloat16)
+    monkeypatch.setattr(cpu, "has_bfloat16", lambda: has_bfloat16)
     try:
         with caplog.at_level(logging.INFO):
             distribution.set_precision(precision)
@@ -173,6 +173,5 @@ def test_half_precision_on_a_cpu_warns_unless_the_cpu_multiplies_it(
     (None, False),  # no /proc/cpuinfo
 ])
 def test_cpu_has_bfloat16_reads_the_cpu_flags(monkeypatch, flags, expected):
-    monkeypatch.setattr(distribution, "cpu_info",
-                        lambda: {} if flags is None else {"flags": flags})
-    assert distribution.cpu_has_bfloat16() is expected
+    monkeypatch.setattr(cpu, "info", lambda: {} if flags is None else {"flags": flags})
+    assert cpu.has_bfloat16() is expected

@@ -306,6 +306,25 @@ def test_two_devices_train_like_one(tmp_path):
     assert distance(a, b) <= 1e-2 * distance(a, start)
 
 
+@pytest.mark.timeout(300)  # one JAX process of at most 240 s that imports Keras: 15 s
+def test_the_mfu_benchmark_records_the_machine_where_tensorflow_is_missing():
+    """GPU machines may have JAX and no TensorFlow: `benchmarks.mfu` must run there."""
+    code = (
+        "import importlib.abc, json, sys\n"
+        "class NoTensorFlow(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] == 'tensorflow':\n"
+        "            raise ImportError(f'No module named {name!r}')\n"
+        "sys.meta_path.insert(0, NoTensorFlow())\n"
+        "from benchmarks import common, mfu\n"
+        "print(json.dumps(common.machine()))\n")
+    facts = json.loads(run_jax(code, timeout=240).split("\n")[-2])
+    assert facts["keras_backend"] == "jax" and "jax" in facts and "tensorflow" not in facts
+    with open("/proc/cpuinfo", encoding="utf-8") as file:
+        model = next(line for line in file if line.startswith("model name"))
+    assert facts["cpu"] == model.partition(":")[2].strip()
+
+
 @pytest.mark.timeout(600)  # one JAX process of at most 300 s decoding 3 sentences: 16 s
 def test_the_portable_greedy_decoder_on_jax_gives_the_tensorflow_decoders_ids(tmp_path):
     from keras_transformer import decoding

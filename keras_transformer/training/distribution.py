@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import PRECISION_POLICIES
+from keras_transformer.training import cpu
 
 
 def choose_strategy(devices=None):
@@ -182,7 +183,7 @@ def set_precision(mixed_precision):
                          "None, 'float32', 'bfloat16', 'float16'.")
     policy = PRECISION_POLICIES[mixed_precision]
     if policy != "float32" and not has_gpu():
-        if policy == "mixed_bfloat16" and cpu_has_bfloat16():
+        if policy == "mixed_bfloat16" and cpu.has_bfloat16():
             # oneDNN runs bfloat16 matmuls natively on these: training is faster (1.45x
             # on a 2-core AVX-512 bf16 CPU, BENCHMARKS.md).
             logging.info("mixed_precision=%s on a CPU with bfloat16 instructions.",
@@ -195,28 +196,3 @@ def set_precision(mixed_precision):
                             "AVX-512 BF16 or AMX instructions.", mixed_precision)
     keras.mixed_precision.set_global_policy(policy)
     return policy
-
-
-def cpu_flags():
-    """Returns the instruction-set flags of the first CPU in /proc/cpuinfo (empty elsewhere)."""
-    return set(cpu_info().get("flags", "").split())
-
-
-def cpu_has_bfloat16():
-    """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX)."""
-    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
-
-
-def cpu_info():
-    """Returns the fields of the first processor in /proc/cpuinfo; `{}` where there is none."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as file:
-            for line in file:
-                if not line.strip():
-                    break  # the first processor's block is enough
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass  # not Linux: nothing known
-    return fields
