@@ -1,7 +1,6 @@
 """The installed command: quiet help for every verb, the main job end to end, your own
 data, translators loaded from Python, and a failed download explained."""
 
-import gzip
 import logging
 import os
 import subprocess
@@ -194,29 +193,6 @@ def test_the_translate_and_evaluate_verbs_on_the_main_jobs_run(main_job, tmp_pat
                           "--input", str(source), "--beam-size", "2")
     assert refused.returncode == 2
     assert "was exported with beam size" in refused.stderr
-
-
-def test_training_on_your_own_files_under_other_names(tmp_path, fixture_corpus_dir):
-    own = tmp_path / "mine"
-    own.mkdir()
-    names = {"train.en.gz": "corpus.src.gz", "train.de.gz": "corpus.tgt.gz",
-             "val.en.gz": "dev.src", "val.de.gz": "dev.tgt"}
-    for name, new in names.items():
-        data = (fixture_corpus_dir / name).read_bytes()
-        (own / new).write_bytes(data if new.endswith(".gz") else gzip.decompress(data))
-    run_dir = tmp_path / "run"
-    # The command of README's "Train on your own parallel text".
-    status = cli.main(["train", "--train-files", str(own / "corpus.src.gz"),
-                       str(own / "corpus.tgt.gz"), "--validation-files", str(own / "dev.src"),
-                       str(own / "dev.tgt"), "--source-language", "xx",
-                       "--target-language", "yy", "--run-dir", str(run_dir), "--preset",
-                       "tiny", "--epochs", "1", "--steps-per-epoch", "3", "num_layers=1"])
-    assert status == 0
-    config = kt.Config.load(str(run_dir / files.CONFIG))
-    assert config.data.corpus == "files"
-    assert (config.data.source_language, config.data.target_language) == ("xx", "yy")
-    assert config.data.train_files == (str(own / "corpus.src.gz"), str(own / "corpus.tgt.gz"))
-    assert (run_dir / files.FINAL_WEIGHTS).exists()
 
 
 def test_own_files_that_do_not_align_are_named(tmp_path, fixture_corpus_dir, capsys):

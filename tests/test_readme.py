@@ -1,10 +1,12 @@
-"""README's promises: its quick start runs as written (on the fixture corpus instead of a
-download), and CI runs its test command as written."""
+"""README's promises: its quick start, Python API and own-data commands run as written
+(on the fixture corpus instead of a download), and CI runs its test command as written."""
 
 import ast
 import dataclasses
+import gzip
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import sys
 import pytest
 
 import keras_transformer as kt
+from keras_transformer import cli, files
 from keras_transformer.data import multi30k
 from tests.conftest import REPOSITORY
 
@@ -84,3 +87,43 @@ def test_the_python_api_runs_as_written(tmp_path, fixture_corpus_dir, monkeypatc
     assert (tmp_path / "runs" / "tiny-api" / "model.weights.h5").exists()
     exec(compile(ast.Module([last], []), "README.md", "exec"), namespace)
     assert namespace["model"].count_params() == 63_082_496
+
+
+@pytest.mark.timeout(600)  # trains 3 steps of the tiny preset, evaluates with beam search
+def test_training_on_your_own_text_runs_as_written(tmp_path, fixture_corpus_dir, monkeypatch,
+                                                   capsys):
+    """README's own-data commands on the fixture corpus, renamed as README names it."""
+    words = shlex.split(" ".join(code_block("Train on your own parallel text")).replace(
+        "\\", " "))
+    starts = [i for i, word in enumerate(words) if word == "keras-transformer"]
+    train, evaluate = (words[start + 1:end] for start, end in zip(starts, starts[1:] + [None]))
+    assert (train[0], evaluate[0]) == ("train", "evaluate")
+
+    def values(command, option, count):
+        index = command.index(option)
+        return command[index + 1:index + 1 + count]
+
+    renamed = {**dict(zip(values(train, "--train-files", 2), ["train.en.gz", "train.de.gz"])),
+               **dict(zip(values(train, "--validation-files", 2), ["val.en.gz", "val.de.gz"])),
+               values(evaluate, "--source", 1)[0]: "test_2016_flickr.en.gz",
+               values(evaluate, "--reference", 1)[0]: "test_2016_flickr.de.gz"}
+    for name, fixture in renamed.items():
+        (tmp_path / name).write_bytes(gzip.decompress((fixture_corpus_dir / fixture).read_bytes()))
+    monkeypatch.chdir(tmp_path)
+    # A few steps of the tiny preset instead of the default preset's 127 epochs.
+    assert cli.main(train + ["--preset", "tiny", "--epochs", "1", "--steps-per-epoch",
+                                 "3", "num_layers=1"]) == 0
+    run_dir = tmp_path / values(train, "--run-dir", 1)[0]
+    config = kt.Config.load(str(run_dir / files.CONFIG))
+    assert config.data.corpus == "files"
+    assert [config.data.source_language, config.data.target_language] == [
+        values(train, "--source-language", 1)[0], values(train, "--target-language", 1)[0]]
+    assert config.data.train_files == tuple(values(train, "--train-files", 2))
+    capsys.readouterr()
+    assert cli.main(evaluate) == 0
+    output = capsys.readouterr().out
+    source = values(evaluate, "--source", 1)[0]
+    sentences = len((tmp_path / source).read_text(encoding="utf-8").splitlines())
+    # One row for the test file: its sentence count, then BLEU and chrF.
+    assert re.search(rf"^{re.escape(source)}\s+{sentences}\s+[\d.]+\s+[\d.]+$", output,
+                     re.M), output
