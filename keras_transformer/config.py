@@ -226,7 +226,8 @@ PRESETS = {
     # and 32.3 with 0.3 (32.8). The 2,000 warmup steps matter: 1,000 at the same peak rate
     # scored 31.6 with seeds 0 (h33). Twice the time (`--minutes 120`) scored 39.4 (h34).
     # The cooldown spans the last 12 minutes, however many updates the hardware makes in
-    # them; the epoch count only has to be out of the budget's way.
+    # them; the epoch count only has to be out of the budget's way. Pre-LN, chosen on
+    # val: 35 epochs on a 2-core Intel Xeon and 38.6 test2016 BLEU (BENCHMARKS.md, q2).
     "multi30k_hour": {
         "model": dict(_MULTI30K_MODEL, dropout=0.1),
         "train": dict(_MULTI30K_TRAIN, epochs=1000, time_budget_minutes=60.0),
