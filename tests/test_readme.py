@@ -111,8 +111,8 @@ def test_training_on_your_own_text_runs_as_written(tmp_path, fixture_corpus_dir,
         (tmp_path / name).write_bytes(gzip.decompress((fixture_corpus_dir / fixture).read_bytes()))
     monkeypatch.chdir(tmp_path)
     # A few steps of the tiny preset instead of the default preset's 127 epochs.
-    assert cli.main(train + ["--preset", "tiny", "--epochs", "1", "--steps-per-epoch",
-                                 "3", "num_layers=1"]) == 0
+    assert cli.main(train + ["--preset", "tiny", "--epochs", "1", "--steps-per-epoch", "3",
+                             "num_layers=1"]) == 0
     run_dir = tmp_path / values(train, "--run-dir", 1)[0]
     config = kt.Config.load(str(run_dir / files.CONFIG))
     assert config.data.corpus == "files"
