@@ -191,7 +191,7 @@ class Transformer(keras.Model):
         return self.decode(target_ids, encoder_output, source_ids, training=training)
 
     # Entries of the decoding cache that are the same for every hypothesis of a sentence:
-    # beam search copies them to each hypothesis once and never reorders them.
+    # beam search keeps one row of them per sentence (`decode_step`'s `hypotheses`).
     sentence_cache_entries = ("cross_keys", "cross_values", "source_padding_mask")
 
     def init_cache(self, encoder_output, source_ids, max_length):
@@ -239,13 +239,17 @@ class Transformer(keras.Model):
         cache["self_values"] = [append(values, 2) for values in cache["self_values"]]
         return cache
 
-    def decode_step(self, token_ids, cache, index):
+    def decode_step(self, token_ids, cache, index, hypotheses=1):
         """Decodes one position with the cache; always returns `(logits, cache)`.
 
         Args:
             token_ids: int `(B,)`, the tokens at position `index`.
             cache: from `init_cache` or the previous step.
             index: scalar int, the position of `token_ids` (0 for the start token).
+            hypotheses: int. Rows of `token_ids` per row of the `sentence_cache_entries`:
+                beam search's `K` hypotheses of a sentence (rows `b·K … b·K + K - 1`)
+                read one copy of its encoder keys and values. The other entries have a
+                row per token.
 
         Returns:
             `(logits, cache)`: float32 `(B, V)` for position `index + 1`, and the cache
@@ -256,7 +260,8 @@ class Transformer(keras.Model):
         # One row per sentence (see `MultiHeadAttention.attend_cached`).
         x = ops.reshape(x, (-1, self.hidden_dim))  # (B, D)
         cross_mask = masks.key_padding_attention_mask(cache["source_padding_mask"])
-        x, cache = self.decoder.decode_step(x, cache, index, cross_mask)  # (B, D)
+        x, cache = self.decoder.decode_step(x, cache, index, cross_mask,
+                                            hypotheses)  # (B, D)
         return self._step_logits(x), cache
 
     def _step_logits(self, hidden):

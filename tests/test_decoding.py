@@ -456,11 +456,17 @@ class GatherEveryCacheEntry:
         return getattr(self.model, name)
 
 
-def test_beam_search_skips_only_cache_entries_shared_by_a_sentences_hypotheses(model):
-    # Entries in `sentence_cache_entries` are not reordered between steps: skipping
-    # one that differs between hypotheses (the self-attention cache) changes outputs.
+@pytest.mark.parametrize("cache_chunk", [None, 2])
+def test_beam_search_shares_only_cache_entries_shared_by_a_sentences_hypotheses(
+        model, cache_chunk):
+    # Entries in `sentence_cache_entries` keep one row per sentence, read by all of its
+    # hypotheses, and are not reordered between steps. The reference copies every entry
+    # to every hypothesis and reorders it. Sharing an entry that differs between
+    # hypotheses (the self-attention cache), reading the shared rows for the wrong
+    # hypotheses, or gathering them wrongly when finished sentences leave the batch
+    # (chunks of 2) changes outputs.
     source_ids = padded(SOURCES)
-    options = dict(beam_size=3, max_length=MAX_LENGTH)
+    options = dict(beam_size=3, max_length=MAX_LENGTH, cache_chunk=cache_chunk)
     found = decoding.decode_function(decoding.beam_search, model, **options)(source_ids)
     expected = decoding.decode_function(decoding.beam_search, GatherEveryCacheEntry(model),
                                         **options)(source_ids)

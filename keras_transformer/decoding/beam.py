@@ -5,7 +5,9 @@ The paper decodes with "beam search with a beam size of 4 and length penalty α 
 a hypothesis scoring log P(Y) / lp(Y).
 
 Each sentence keeps `K` alive hypotheses (rows `b * K + k` of every tensor, so the cache
-is reordered by one `tf.gather` per tensor) and the `K` best finished ones. A step
+is reordered by one `tf.gather` per tensor; the entries that are the same for every
+hypothesis, the encoder's keys and values, keep one row per sentence) and the `K` best
+finished ones. A step
 expands the alive ones and takes the `2K` best candidates (at most `K` of them end, so
 `K` alive ones always remain): those among the best `K` that ended join the finished set,
 as in fairseq's beam search (so a beam of one is greedy decoding), and the `K` best that
@@ -75,10 +77,10 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
     grow = getattr(model, "grow_cache", None) if cache_chunk else None
     cache = model.init_cache(encoder_output, source_ids, 0 if grow else buffer_length)
     batch = tf.shape(source_ids)[0]
-    # Encoder keys/values are projected once per sentence, then copied to its K beams;
-    # so is whether the sentence has a source.
+    # Every hypothesis of a sentence starts from the sentence's cache; the entries that
+    # stay the same for all of them (the model's `sentence_cache_entries`) are not copied.
     beam_rows = tf.range(batch * beam_size) // beam_size  # (B*K,)
-    cache = _gather_rows(cache, beam_rows)
+    cache = _gather_cache(cache, beam_rows, None, _sentence_entries(model))
     nonempty = tf.gather(has_source(source_ids, start_id, end_id, pad_id), beam_rows)
     search = _BeamSearch(model, beam_size, length_penalty, end_id, pad_id)
     steps, (tokens, scores, normalized) = search.run(cache, limits, nonempty, buffer_length,
@@ -101,6 +103,7 @@ class _BeamSearch:
         self.length_penalty = length_penalty
         self.end_id = end_id
         self.pad_id = pad_id
+        self.sentence_entries = _sentence_entries(model)
 
     def run(self, cache, limits, nonempty, buffer_length, start_id, grow=None,
             cache_chunk=None):
@@ -173,10 +176,11 @@ class _BeamSearch:
             (alive_scores, finished_scores, finished_normalized, done, limits, sentences))
         by_row = tf.nest.map_structure(
             lambda value: tf.gather(value, staying_rows),
-            (alive_tokens, finished_tokens, nonempty, cache))
+            (alive_tokens, finished_tokens, nonempty))
+        cache = _gather_cache(cache, staying_rows, staying, self.sentence_entries)
         alive_scores, finished_scores, finished_normalized, done, limits, sentences = (
             by_sentence)
-        alive_tokens, finished_tokens, nonempty, cache = by_row
+        alive_tokens, finished_tokens, nonempty = by_row
         return (alive_tokens, alive_scores,
                 (finished_tokens, finished_scores, finished_normalized), done, limits,
                 nonempty, sentences, results, cache)
@@ -184,7 +188,11 @@ class _BeamSearch:
     def step(self, index, alive_tokens, alive_scores, finished, limits, nonempty, cache):
         """Decodes position `index` for every alive hypothesis; returns the loop state."""
         batch = tf.shape(alive_scores)[0]
-        logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index)
+        if self.sentence_entries:
+            logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index,
+                                                   hypotheses=self.beam_size)
+        else:
+            logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index)
         log_probs = constrain_first_token(log_probabilities(logits, self.pad_id), index,
                                           nonempty, self.end_id)  # (B*K, V)
         vocabulary = tf.shape(log_probs)[1]
@@ -203,8 +211,8 @@ class _BeamSearch:
                                             self.beam_size)  # (B, K)
         rows = _flat_rows(picks, 2 * self.beam_size)  # (B*K,)
         alive_tokens = tf.gather(top_tokens, rows)
-        cache = _reorder_hypotheses(cache, tf.gather(origins, rows),
-                                    getattr(self.model, "sentence_cache_entries", ()))
+        # Hypotheses move only within their sentence: its entries stay where they are.
+        cache = _gather_cache(cache, tf.gather(origins, rows), None, self.sentence_entries)
 
         # Finished: real candidates (not from empty slots or forbidden tokens) among the
         # step's best K that ended within their sentence's limit compete with the finished
@@ -251,25 +259,29 @@ def _flat_rows(indices, width):
     return tf.reshape(indices + offsets[:, None], [-1])
 
 
-def _gather_rows(structure, rows):
-    """Gathers `rows` (axis 0) of every tensor in a nested structure such as the cache."""
-    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, rows), structure)
+def _sentence_entries(model):
+    """Returns the names of the cache entries `model` keeps one row of per sentence."""
+    return tuple(getattr(model, "sentence_cache_entries", ()))
 
 
-def _reorder_hypotheses(cache, rows, sentence_entries):
-    """Gathers `rows` of the cache entries that differ between a sentence's hypotheses.
+def _gather_cache(cache, rows, sentence_rows, sentence_entries):
+    """Gathers `rows` (axis 0) of the cache's per-hypothesis entries.
 
     Entries named in `sentence_entries` (the model's `sentence_cache_entries`: the
-    projected encoder output, the source mask) hold the same rows for every hypothesis
-    of a sentence, and a step reorders hypotheses only within their sentence, so
-    gathering them would copy them unchanged: at batch 32 and beam 4, the cross-attention
-    keys and values are a quarter of the bytes a step would move.
+    projected encoder output, the source mask) hold one row per sentence, read by all
+    of its hypotheses (`decode_step`'s `hypotheses`): they gather `sentence_rows`, or
+    stay as they are when it is `None` (hypotheses reordered within their sentences).
+    Why: at beam 4, copies of the cross-attention keys and values for every hypothesis
+    were as many bytes as the self-attention cache, copied by TFLite's loop at every
+    step and read by 4 matrix-vector products where one small matmul does.
     """
     if isinstance(cache, dict):
-        return {name: value if name in sentence_entries
-                else _reorder_hypotheses(value, rows, sentence_entries)
+        return {name: (value if sentence_rows is None else tf.nest.map_structure(
+                    lambda tensor: tf.gather(tensor, sentence_rows), value))
+                if name in sentence_entries
+                else _gather_cache(value, rows, sentence_rows, sentence_entries)
                 for name, value in cache.items()}
     if isinstance(cache, (list, tuple)):
-        return type(cache)(_reorder_hypotheses(value, rows, sentence_entries)
+        return type(cache)(_gather_cache(value, rows, sentence_rows, sentence_entries)
                            for value in cache)
     return tf.gather(cache, rows)

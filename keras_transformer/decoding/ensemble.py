@@ -51,9 +51,9 @@ class Ensemble:
         self.max_length = min(model.max_length for model in models)
         if not all(hasattr(model, "grow_cache") for model in models):
             self.grow_cache = None  # decoders then allocate every member's cache at once
-        self.sentence_cache_entries = tuple(sorted(
-            {name for model in models
-             for name in getattr(model, "sentence_cache_entries", ())}))
+        # One row per sentence only where every member reads its cache that way.
+        self.sentence_cache_entries = tuple(sorted(set.intersection(
+            *(set(getattr(model, "sentence_cache_entries", ())) for model in models))))
 
     @property
     def variables(self):
@@ -74,13 +74,14 @@ class Ensemble:
         return tuple(model.grow_cache(cache, max_length)
                      for model, cache in zip(self.models, caches))
 
-    def decode_step(self, token_ids, caches, index):
+    def decode_step(self, token_ids, caches, index, hypotheses=1):
         """Returns `(log_probs, caches)`: float32 `(B, V)` log of the mean probability.
 
         Log-probabilities stand where a member returns logits: the decoders' log-softmax
-        leaves them as they are.
+        leaves them as they are. `hypotheses` as in `Transformer.decode_step`.
         """
-        steps = [model.decode_step(token_ids, cache, index)
+        options = {"hypotheses": hypotheses} if hypotheses > 1 else {}
+        steps = [model.decode_step(token_ids, cache, index, **options)
                  for model, cache in zip(self.models, caches)]
         return self._mean_log_probs([logits for logits, _ in steps]), tuple(
             cache for _, cache in steps)

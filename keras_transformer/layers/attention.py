@@ -150,8 +150,8 @@ class MultiHeadAttention(keras.layers.Layer):
         values = ops.reshape(self.value_projection(x), (-1, self.num_heads, 1, self.head_dim))
         return keys, values
 
-    def attend_cached(self, query, keys, values, attention_mask=None):
-        """Attends from one position per sentence, `query` `(B, D)`, to cached `keys`
+    def attend_cached(self, query, keys, values, attention_mask=None, queries_per_row=1):
+        """Attends from one position per sentence, `query` `(B·n, D)`, to cached `keys`
         `(B, H, K, S)` and `values` `(B, H, S, K)` (see `project_cached_key_value`).
 
         Inference only (no dropout). Never fused: with the one query position of a
@@ -161,14 +161,25 @@ class MultiHeadAttention(keras.layers.Layer):
         length axis of 1 made Keras lower each projection to a `tensordot` and each head
         split to shape arithmetic and a transpose: half of a step's graph nodes
         (BENCHMARKS.md, "A decoding step on rows").
-        Returns `(B, output_dim)`.
+
+        With `queries_per_row` n > 1, the `n` consecutive query rows `b·n … b·n + n - 1`
+        (beam search's hypotheses of sentence `b`) share row `b` of the keys, values and
+        mask: one `(n, K) × (K, S)` matmul per head instead of `n` matrix-vector products
+        over `n` copies of the same keys. Returns `(B·n, output_dim)`.
         """
-        query_heads = ops.reshape(self.query_projection(query),
-                                  (-1, self.num_heads, 1, self.head_dim))  # (B, H, 1, K)
+        projected = self.query_projection(query)  # (B·n, H·K)
+        if queries_per_row == 1:
+            query_heads = ops.reshape(projected, (-1, self.num_heads, 1, self.head_dim))
+        else:
+            query_heads = ops.transpose(ops.reshape(
+                projected, (-1, queries_per_row, self.num_heads, self.head_dim)),
+                (0, 2, 1, 3))  # (B, H, n, K)
         context, _ = scaled_dot_product_attention(query_heads, keys, values,
-                                                  attention_mask)  # (B, H, 1, K)
-        context = ops.reshape(context, (-1, self.num_heads * self.head_dim))  # (B, H·K)
-        return self.output_projection(context)  # (B, output_dim)
+                                                  attention_mask)  # (B, H, n, K)
+        if queries_per_row > 1:
+            context = ops.transpose(context, (0, 2, 1, 3))  # (B, n, H, K)
+        context = ops.reshape(context, (-1, self.num_heads * self.head_dim))  # (B·n, H·K)
+        return self.output_projection(context)  # (B·n, output_dim)
 
     def _attend(self, query, key, value, attention_mask, training):
         """Returns `(context (B, H, T, K), weights (B, H, T, S))` of the unfused path."""

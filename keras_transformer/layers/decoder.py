@@ -66,18 +66,20 @@ class Decoder(LayerStack):
                      for layer in self.decoder_layers]
         return [keys for keys, _ in projected], [values for _, values in projected]
 
-    def decode_step(self, x, cache, index, cross_attention_mask):
+    def decode_step(self, x, cache, index, cross_attention_mask, hypotheses=1):
         """Runs one position `(B, D)` through every layer; returns `(x, cache)`.
 
         `cache` holds per-layer lists `self_keys`, `self_values`, `cross_keys`,
-        `cross_values` (see `DecoderLayer.decode_step`); other entries pass through.
+        `cross_values` (see `DecoderLayer.decode_step`, also for `hypotheses`); other
+        entries pass through.
         """
         cache = dict(cache)
         names = ("self_keys", "self_values", "cross_keys", "cross_values")
         updated = {name: list(cache[name]) for name in names}
         for i, layer in enumerate(self.decoder_layers):
             x, layer_cache = layer.decode_step(
-                x, {name: updated[name][i] for name in names}, index, cross_attention_mask)
+                x, {name: updated[name][i] for name in names}, index, cross_attention_mask,
+                hypotheses)
             for name in names:
                 updated[name][i] = layer_cache[name]
         cache.update(updated)

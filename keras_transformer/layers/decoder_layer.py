@@ -128,7 +128,7 @@ class DecoderLayer(keras.layers.Layer):
         sentence."""
         return self.cross_attention.project_cached_key_value(encoder_output, encoder_output)
 
-    def decode_step(self, x, cache, index, cross_attention_mask):
+    def decode_step(self, x, cache, index, cross_attention_mask, hypotheses=1):
         """Runs one target position against the cache of this layer.
 
         The cache is laid out as the attention reads it (see
@@ -143,6 +143,10 @@ class DecoderLayer(keras.layers.Layer):
                 K, S)` and `cross_values` `(B, H, S, K)`.
             index: scalar int tensor, the position of `x`.
             cross_attention_mask: bool `(B, 1, S)`: source padding.
+            hypotheses: int. Rows of `x` per row of the cross-attention entries and
+                mask (beam search's hypotheses per sentence; see
+                `MultiHeadAttention.attend_cached`). The self-attention entries have a
+                row per row of `x`.
 
         Returns:
             `(x, cache)`: `(B, D)` and the cache with position `index` written.
@@ -162,7 +166,8 @@ class DecoderLayer(keras.layers.Layer):
 
         def cross_attend(h):
             return self.cross_attention.attend_cached(
-                h, cache["cross_keys"], cache["cross_values"], cross_attention_mask)
+                h, cache["cross_keys"], cache["cross_values"], cross_attention_mask,
+                queries_per_row=hypotheses)
 
         x = self._sublayers(x, self_attend, cross_attend, training=False)  # (B, D)
         return x, cache
