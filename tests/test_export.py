@@ -3,10 +3,12 @@
 import dataclasses
 import io
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer import cli, files, translate
 from keras_transformer.serving import op_checks as export_checks
@@ -78,6 +80,19 @@ def test_tflite_writes_its_caches_in_place_and_the_saved_model_by_scatter(export
     saved_model_ops = export_checks.saved_model_ops(exported.saved_model)
     assert "TensorScatterUpdate" in saved_model_ops
     assert "XlaDynamicUpdateSlice" not in saved_model_ops
+
+
+def test_saved_model_holds_each_translation_function_once(exported):
+    # `tf.saved_model.load` imports every function of the library into Python graphs:
+    # a second copy of the translators doubled the time it takes to load.
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(exported.saved_model, "saved_model.pb"), "rb") as file:
+        saved_model.ParseFromString(file.read())
+    (meta_graph,) = saved_model.meta_graphs
+    traced = [re.sub(r"_\d+$", "", function.signature.name)
+              for function in meta_graph.graph_def.library.function
+              if function.signature.name.startswith("__inference_translate")]
+    assert sorted(traced) == ["__inference_translate", "__inference_translate_beam"]
 
 
 def test_quantized_tflite_is_smaller_and_answers(exported):
