@@ -41,8 +41,11 @@ from keras_transformer.layers.decoder_layer import cache_writes_as_slice_updates
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
 
-# Positions the exported decoders' caches grow by (`decoding.common.chunked_loop`).
-CACHE_CHUNK = 16
+# Positions the exported decoders' caches grow by (`decoding.common.chunked_loop`);
+# finished sentences leave the batch between chunks. Measured against 16 and 32 on a
+# trained multi30k_hour model (float .tflite, one thread): 8 was the fastest at batch
+# 32 (beam 4 +18 %, greedy +9 % over 16) and within 4 % of 16 at batch 1.
+CACHE_CHUNK = 8
 
 
 class Translator(tf.Module):
