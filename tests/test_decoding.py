@@ -601,3 +601,20 @@ def test_portable_greedy_stops_each_sentence_at_its_end_or_limit():
     found = portable.greedy_ids(stub, source_ids, extra_length=3)
     assert _without_padding(found) == _without_padding(expected) == [
         (7, 8, END), (9, END), (10, 11, 12, 13, 12)]
+
+
+def test_log_probabilities_are_the_models_down_to_e_to_the_minus_80():
+    # One row of tokens 0..200 below the largest logit: those within 80 keep the exact
+    # log-softmax (NumPy's, in float64); the ones further below read that bound, so
+    # that no exp() in the log-softmax is a slow subnormal float.
+    from keras_transformer.decoding.common import log_probabilities
+
+    logits = -np.linspace(0.0, 200.0, 101)[None, :]  # (1, V), token 0 the largest
+    pad_id = 100
+    found = log_probabilities(tf.constant(logits, tf.float32), pad_id).numpy()[0]
+    exact = logits[0] - np.log(np.exp(logits[0]).sum())
+    near = -logits[0] <= 80.0
+    np.testing.assert_allclose(found[near], exact[near], rtol=1e-6)
+    far = ~near & (np.arange(101) != pad_id)
+    np.testing.assert_allclose(found[far], exact[0] - 80.0, rtol=1e-6)
+    assert found[pad_id] < decoding.common.FORBIDDEN / 2
