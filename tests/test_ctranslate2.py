@@ -150,3 +150,20 @@ def test_translating_with_ctranslate2_never_imports_tensorflow(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "2 '' []"
 
+
+
+def test_the_export_report_names_each_ctranslate2_directory_and_its_weights(tmp_path):
+    from keras_transformer.serving import export
+
+    _, entry = _export(tmp_path, num_layers=1)
+    report = {"created": "now", "versions": {"tensorflow_text": "x", "ctranslate2": "4.x"},
+              "translator": {}, "ctranslate2": entry,
+              "saved_model": {"path": "saved_model", "bytes": 1, "signatures": {},
+                              "tf_text_ops": [], "ops": []}}
+    rows = [line for line in export.report_markdown(report).splitlines()
+            if line.startswith("| `ctranslate2")]
+    assert rows == ["| `ctranslate2/` | " + export._megabytes(entry["ctranslate2"]["bytes"])
+                    + " | CTranslate2, float32 |",
+                    "| `ctranslate2_int8/` | "
+                    + export._megabytes(entry["ctranslate2_int8"]["bytes"])
+                    + " | CTranslate2, int8 |"]

@@ -9,6 +9,7 @@ have fails the export before anything is shipped.
 """
 
 import datetime
+import importlib.metadata
 import json
 import os
 import shutil
@@ -86,6 +87,7 @@ def export_translator(translator, directory, *, quantize=True, ctranslate2=False
                                      quantized)
     if ctranslate2_export is not None:
         report["ctranslate2"] = ctranslate2_export.export_ctranslate2(translator, directory)
+        report["versions"]["ctranslate2"] = importlib.metadata.version("ctranslate2")
     return report
 
 
@@ -179,8 +181,7 @@ def report_markdown(report):
         if key in report.get("ctranslate2", {}):
             entry = report["ctranslate2"][key]
             lines.append(f"| `{entry['path']}/` | {_megabytes(entry['bytes'])} | "
-                         f"CTranslate2 {report['ctranslate2']['ctranslate2']}, "
-                         f"{entry['quantization']} |")
+                         f"CTranslate2, {entry['quantization']} |")
     lines += ["", "## Serving requirements", "",
               f"tf-text ops in the SavedModel: {', '.join(saved_model['tf_text_ops'])}. "
               f"It was exported with tensorflow-text {versions['tensorflow_text']}; a model "
