@@ -618,3 +618,36 @@ def test_log_probabilities_are_the_models_down_to_e_to_the_minus_80():
     far = ~near & (np.arange(101) != pad_id)
     np.testing.assert_allclose(found[far], exact[0] - 80.0, rtol=1e-6)
     assert found[pad_id] < decoding.common.FORBIDDEN / 2
+
+
+@pytest.mark.parametrize("length, k, width", [(3000, 6, 50), (32000, 8, 160), (96, 3, 8),
+                                              (4 * 997, 2, None)])
+@pytest.mark.parametrize("values", ["ties", "normal"])
+def test_top_k_by_blocks_is_top_k_ties_included(length, k, width, values):
+    # Beam search's top-k over K x V candidates, against TensorFlow's own top_k: the
+    # same values and the same indices, ties going to the lower index. Small integers
+    # tie everywhere, including across the blocks chosen and left out.
+    from keras_transformer.decoding.beam import _block_width, top_k_by_blocks
+
+    rng = np.random.default_rng(length + k)
+    rows = (rng.integers(0, 4, (5, length)) if values == "ties"
+            else rng.normal(size=(5, length))).astype(np.float32)
+    rows[0, :] = decoding.common.FORBIDDEN  # a row of empty beam slots
+    found = top_k_by_blocks(tf.constant(rows), k)
+    expected = tf.math.top_k(tf.constant(rows), k)
+    np.testing.assert_array_equal(found[0].numpy(), expected[0].numpy())
+    np.testing.assert_array_equal(found[1].numpy(), expected[1].numpy())
+    assert _block_width(length, k) == width  # blocks where they pay (none for 4 x 997)
+
+
+def test_top_k_by_blocks_breaks_a_tie_across_blocks_by_index():
+    # Blocks of 8: the largest value (9) is in block 5, beside a 4 at index 41; block 0
+    # holds a 5 and a 4 at index 1. The third value is the 4 at index 1, as in top_k,
+    # though block 5 ranks first.
+    from keras_transformer.decoding.beam import top_k_by_blocks
+
+    row = np.zeros((1, 96), np.float32)
+    row[0, [0, 1, 40, 41]] = [5.0, 4.0, 9.0, 4.0]
+    values, indices = top_k_by_blocks(tf.constant(row), 3)
+    np.testing.assert_array_equal(values.numpy(), [[9.0, 5.0, 4.0]])
+    np.testing.assert_array_equal(indices.numpy(), [[40, 0, 1]])
