@@ -7,13 +7,12 @@ a hypothesis scoring log P(Y) / lp(Y).
 Each sentence keeps `K` alive hypotheses (rows `b * K + k` of every tensor, so the cache
 is reordered by one `tf.gather` per tensor; the entries that are the same for every
 hypothesis, the encoder's keys and values, keep one row per sentence) and the `K` best
-finished ones. A step
-expands the alive ones and takes the `2K` best candidates (at most `K` of them end, so
-`K` alive ones always remain): those among the best `K` that ended join the finished set,
-as in fairseq's beam search (so a beam of one is greedy decoding), and the `K` best that
-did not end stay alive. Sizes stay fixed through the loop, as in greedy decoding, but
-for sentences whose search is over, which leave the batch between chunks of a growing
-cache.
+finished ones. A step expands the alive ones and takes the `2K` best candidates (at most
+`K` of them end, so `K` alive ones always remain): those among the best `K` that ended
+join the finished set, as in fairseq's beam search (so a beam of one is greedy
+decoding), and the `K` best that did not end stay alive. Sizes stay fixed through the
+loop, as in greedy decoding, but for sentences whose search is over, which leave the
+batch between chunks of a growing cache.
 Shape legend as in `common.py`; `K` is the beam size.
 """
 
