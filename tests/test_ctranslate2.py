@@ -151,7 +151,6 @@ def test_translating_with_ctranslate2_never_imports_tensorflow(tmp_path):
     assert result.stdout.split("\n")[-2] == "2 '' []"
 
 
-
 def test_the_export_report_names_each_ctranslate2_directory_and_its_weights(tmp_path):
     from keras_transformer.serving import export
 
