@@ -603,20 +603,24 @@ def test_portable_greedy_stops_each_sentence_at_its_end_or_limit():
         (7, 8, END), (9, END), (10, 11, 12, 13, 12)]
 
 
-def test_log_probabilities_are_the_models_down_to_e_to_the_minus_80():
-    # One row of tokens 0..200 below the largest logit: those within 80 keep the exact
-    # log-softmax (NumPy's, in float64); the ones further below read that bound, so
-    # that no exp() in the log-softmax is a slow subnormal float.
+@pytest.mark.parametrize("static_vocabulary", [True, False])
+def test_log_probabilities_are_the_exact_log_softmax(static_vocabulary):
+    # One row of tokens 0..200 below the largest logit against NumPy's log-softmax in
+    # float64: every token keeps its own value, also those so far below that the
+    # written-out sum counts them as 80 below (their exp() would be subnormal).
     from keras_transformer.decoding.common import log_probabilities
 
     logits = -np.linspace(0.0, 200.0, 101)[None, :]  # (1, V), token 0 the largest
     pad_id = 100
-    found = log_probabilities(tf.constant(logits, tf.float32), pad_id).numpy()[0]
     exact = logits[0] - np.log(np.exp(logits[0]).sum())
-    near = -logits[0] <= 80.0
-    np.testing.assert_allclose(found[near], exact[near], rtol=1e-6)
-    far = ~near & (np.arange(101) != pad_id)
-    np.testing.assert_allclose(found[far], exact[0] - 80.0, rtol=1e-6)
+    if static_vocabulary:
+        found = log_probabilities(tf.constant(logits, tf.float32), pad_id)
+    else:
+        found = tf.function(lambda x: log_probabilities(x, pad_id), input_signature=[
+            tf.TensorSpec([None, None], tf.float32)])(tf.constant(logits, tf.float32))
+    found = found.numpy()[0]
+    others = np.arange(101) != pad_id
+    np.testing.assert_allclose(found[others], exact[others], rtol=1e-6)
     assert found[pad_id] < decoding.common.FORBIDDEN / 2
 
 
