@@ -603,25 +603,34 @@ def test_portable_greedy_stops_each_sentence_at_its_end_or_limit():
         (7, 8, END), (9, END), (10, 11, 12, 13, 12)]
 
 
-@pytest.mark.parametrize("static_vocabulary", [True, False])
-def test_log_probabilities_are_the_exact_log_softmax(static_vocabulary):
+def test_log_normalizers_give_the_exact_log_softmax():
     # One row of tokens 0..200 below the largest logit against NumPy's log-softmax in
     # float64: every token keeps its own value, also those so far below that the
     # written-out sum counts them as 80 below (their exp() would be subnormal).
-    from keras_transformer.decoding.common import log_probabilities
+    from keras_transformer.decoding.common import log_normalizers
 
-    logits = -np.linspace(0.0, 200.0, 101)[None, :]  # (1, V), token 0 the largest
-    pad_id = 100
-    exact = logits[0] - np.log(np.exp(logits[0]).sum())
+    logits = -np.linspace(0.0, 200.0, 101)[None, :] + 7.0  # (1, V), token 0 the largest
+    found = logits - log_normalizers(tf.constant(logits, tf.float32)).numpy()
+    exact = logits - np.log(np.exp(logits).sum())
+    np.testing.assert_allclose(found, exact, rtol=1e-6)
+
+
+@pytest.mark.parametrize("static_vocabulary", [True, False])
+@pytest.mark.parametrize("index", [0, 3])
+def test_token_bias_forbids_padding_and_the_end_token_first(static_vocabulary, index):
+    from keras_transformer.decoding.common import token_bias
+
+    vocabulary, end, pad = 6, 2, 0
     if static_vocabulary:
-        found = log_probabilities(tf.constant(logits, tf.float32), pad_id)
+        found = token_bias(vocabulary, tf.constant(index), end, pad)
     else:
-        found = tf.function(lambda x: log_probabilities(x, pad_id), input_signature=[
-            tf.TensorSpec([None, None], tf.float32)])(tf.constant(logits, tf.float32))
-    found = found.numpy()[0]
-    others = np.arange(101) != pad_id
-    np.testing.assert_allclose(found[others], exact[others], rtol=1e-6)
-    assert found[pad_id] < decoding.common.FORBIDDEN / 2
+        found = tf.function(lambda v, i: token_bias(v, i, end, pad), input_signature=[
+            tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)])(vocabulary, index)
+    expected = np.zeros(vocabulary, np.float32)
+    expected[pad] = decoding.common.FORBIDDEN
+    if index == 0:
+        expected[end] = decoding.common.FORBIDDEN
+    np.testing.assert_array_equal(found.numpy(), expected)
 
 
 @pytest.mark.parametrize("length, k, width", [(3000, 6, 50), (32000, 8, 160), (96, 3, 8),

@@ -24,13 +24,13 @@ from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.common import (
     FORBIDDEN,
     chunked_loop,
-    constrain_first_token,
     decoded,
     has_source,
     length_limits,
-    log_probabilities,
+    log_normalizers,
     put_back,
     staying_and_leaving,
+    token_bias,
     while_loop,
     write_position,
 )
@@ -194,13 +194,23 @@ class _BeamSearch:
                                                    hypotheses=self.beam_size)
         else:
             logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index)
-        log_probs = constrain_first_token(log_probabilities(logits, self.pad_id), index,
-                                          nonempty, self.end_id)  # (B*K, V)
-        vocabulary = log_probs.shape[1] or tf.shape(log_probs)[1]
-        candidates = tf.reshape(alive_scores, [-1, 1]) + log_probs  # (B*K, V)
+        logits = tf.cast(logits, tf.float32)  # (B*K, V)
+        vocabulary = logits.shape[1] or tf.shape(logits)[1]
+        normalizers = log_normalizers(logits)  # (B*K, 1)
+        # The log-probabilities plus the scores so far, the row terms added at once.
+        candidates = (logits + token_bias(vocabulary, index, self.end_id, self.pad_id)
+                      + (tf.reshape(alive_scores, [-1, 1]) - normalizers))  # (B*K, V)
         top_scores, top_indices = top_k_by_blocks(
             tf.reshape(candidates, [batch, self.beam_size * vocabulary]),
             2 * self.beam_size)  # (B, 2K)
+        # An empty source's translation is the end token alone (see `token_bias`). Only
+        # the first step pays for the small ops that set it, a few % of a step at batch 1.
+        end_log_probs = logits[:, self.end_id] - normalizers[:, 0]  # (B*K,)
+        top_scores, top_indices = tf.cond(
+            tf.equal(index, 0),
+            lambda: self._end_empty_sources(top_scores, top_indices, nonempty,
+                                            end_log_probs),
+            lambda: (top_scores, top_indices))
         origins = _flat_rows(top_indices // vocabulary, self.beam_size)  # (B*2K,)
         top_ids = top_indices % vocabulary  # (B, 2K)
         top_tokens = write_position(tf.gather(alive_tokens, origins), index + 1,
@@ -228,6 +238,19 @@ class _BeamSearch:
         done = (length >= limits) | (alive_scores[:, 0] <= FORBIDDEN / 2) | (
             worst_finished >= self._best_reachable(alive_scores[:, 0], limits))
         return length, alive_tokens, alive_scores, finished, done, cache
+
+    def _end_empty_sources(self, top_scores, top_indices, nonempty, end_log_probs):
+        """Returns the first step's `(top_scores, top_indices)` `(B, 2K)`, those of a
+        sentence whose source is empty (`nonempty` False) replaced by one candidate, the
+        end token after its first hypothesis (the only one alive, scored 0), and empty
+        slots (FORBIDDEN, padding). `nonempty` and `end_log_probs` have `B*K` rows."""
+        empty = tf.logical_not(nonempty[::self.beam_size])[:, None]  # (B, 1)
+        first_slot = tf.range(2 * self.beam_size)[None, :] == 0  # (1, 2K)
+        forced_scores = tf.where(first_slot, end_log_probs[::self.beam_size, None],
+                                 FORBIDDEN)  # (B, 2K)
+        forced_indices = tf.where(first_slot, self.end_id, self.pad_id)  # (1, 2K)
+        return (tf.where(empty, forced_scores, top_scores),
+                tf.where(empty, forced_indices, top_indices))
 
     def _merge(self, finished, tokens, scores, entering, length):
         """Returns the K best of the finished hypotheses and the `entering` candidates."""

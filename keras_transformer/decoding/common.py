@@ -17,7 +17,7 @@ from keras_transformer.data.tokenizer import PAD_ID, START_ID
 FORBIDDEN = -1e9
 
 # In the log-softmax's sum, logits further than this below their row's largest count
-# as that far (`log_probabilities`).
+# as that far (`log_normalizers`).
 LOGIT_FLOOR = 80.0
 
 # Source widths an XLA-compiled decoder sees are multiples of this, so that a run
@@ -127,43 +127,55 @@ def length_limits(model, source_ids, max_length, extra_length, pad_id):
     return buffer_length, limits
 
 
-def log_probabilities(logits, pad_id):
-    """Returns the float32 log-softmax `(B, V)` of `logits` with `pad_id` unchoosable.
+def log_normalizers(logits):
+    """Returns float32 `(B, 1)`: log Σ exp of each row of float32 `logits` `(B, V)`.
 
-    A model never learns to predict padding (the loss ignores it); forbidding it keeps
-    padding meaning "after the end token" in every output. Other tokens keep the model's
-    own log-probabilities, so scores are the model's.
+    The log-softmax is `logits - log_normalizers(logits)`: decoders add their own terms
+    to it (`token_bias`, beam scores) before reading a `(B, V)` tensor out, and each
+    addition is a pass over it at every step.
 
-    Written out as x - m - log Σ exp(x - m), m the row's largest logit, rather than
-    with `tf.nn.log_softmax`, for LiteRT: its LOG_SOFTMAX kernel computes exp() one
-    element at a time outside XNNPACK, while XNNPACK runs SUB, MAXIMUM, EXP, SUM and LOG
-    with vector code (1.75 ms against 0.65 ms for 128 × 8,000 logits on one core, a
-    sixth of an int8 beam step at batch 32). In the sum, logits more than
-    `LOGIT_FLOOR` below m count as that far: exp() of an exponent below -87 is a
-    subnormal float, which x86 CPUs compute several times slower (TensorFlow flushes
-    subnormals to zero in its threads; LiteRT does not). Each of those tokens then adds
-    at most e^-80 to a sum of at least 1, which float32 cannot tell apart, and keeps its
-    own exact log-probability.
+    Written out as m + log Σ exp(x - m), m the row's largest logit, rather than with
+    `tf.nn.log_softmax`, for LiteRT: its LOG_SOFTMAX kernel computes exp() one element
+    at a time outside XNNPACK, while XNNPACK runs SUB, MAXIMUM, EXP, SUM and LOG with
+    vector code (1.75 ms against 0.65 ms for 128 × 8,000 logits on one core, a sixth
+    of an int8 beam step at batch 32). In the sum, logits more than `LOGIT_FLOOR` below
+    m count as that far: exp() of an exponent below -87 is a subnormal float, which x86
+    CPUs compute several times slower (TensorFlow flushes subnormals to zero in its
+    threads; LiteRT does not). Each of those tokens adds at most e^-80 to a sum of at
+    least 1, which float32 cannot tell apart, and keeps its own exact log-probability.
     """
-    logits = tf.cast(logits, tf.float32)
-    shifted = logits - tf.reduce_max(logits, axis=-1, keepdims=True)  # (B, V)
-    log_sum = tf.math.log(tf.reduce_sum(tf.exp(tf.maximum(shifted, -LOGIT_FLOOR)),
-                                        axis=-1, keepdims=True))  # (B, 1)
-    # Added rather than selected: TFLite runs a broadcast select with its slow reference
-    # kernel. Added after the sum, which keeps padding's probability, so that the other
-    # tokens keep exactly the model's log-probabilities (a log-probability's few units
-    # vanish in FORBIDDEN).
-    return shifted - log_sum + _padding_bias(pad_id, logits.shape[-1]
-                                             or tf.shape(logits)[-1])[None, :]
+    largest = tf.reduce_max(logits, axis=-1, keepdims=True)  # (B, 1)
+    return largest + tf.math.log(tf.reduce_sum(
+        tf.exp(tf.maximum(logits - largest, -LOGIT_FLOOR)), axis=-1, keepdims=True))
 
 
-def _padding_bias(pad_id, vocabulary):
-    """Returns float32 `(V,)`: FORBIDDEN at `pad_id`, 0 elsewhere (a constant when the
-    vocabulary size is a Python int)."""
-    if isinstance(vocabulary, int):
-        return tf.constant(np.where(np.arange(vocabulary) == pad_id, FORBIDDEN, 0.0),
-                           tf.float32)
-    return tf.one_hot(pad_id, vocabulary, on_value=FORBIDDEN, off_value=0.0)
+def token_bias(vocabulary, index, end_id, pad_id):
+    """Returns float32 `(V,)`: what a decoding step adds to its log-probabilities.
+
+    FORBIDDEN (a log-probability's few units vanish in it) at `pad_id` at every step,
+    and at `end_id` at the first (`index` 0); 0 elsewhere, so that chosen tokens keep
+    the model's log-probabilities and scores stay the model's. Added rather than
+    selected: TFLite runs a broadcast select with its slow reference kernel.
+
+    Padding: a model never learns to predict it (the loss ignores it); forbidding it
+    keeps padding meaning "after the end token" in every output.
+
+    The end token first: a model gives the empty output a small but real probability,
+    and beam search, dividing every other hypothesis's log-probability by its length
+    penalty, returns it whenever that probability beats a whole translation's (the
+    "empty translation" of Stahlberg and Byrne, 2019): the `multi30k` preset's model
+    translated 11 of Multi30K's 29,000 training sentences to nothing. fairseq forbids
+    the end token at the first step for the same reason. An empty source (`has_source`)
+    has nothing to translate, and its translation is the end token alone, which each
+    decoder sets after choosing, with the end token's log-probability as its score.
+    """
+    def one_hot(token):
+        if isinstance(vocabulary, int):  # a constant in the graph
+            return tf.constant(np.arange(vocabulary) == token, tf.float32)
+        return tf.one_hot(token, vocabulary)
+
+    first = tf.cast(tf.equal(index, 0), tf.float32)
+    return FORBIDDEN * (one_hot(pad_id) + first * one_hot(end_id))
 
 
 def has_source(source_ids, start_id, end_id, pad_id):
@@ -174,29 +186,6 @@ def has_source(source_ids, start_id, end_id, pad_id):
     """
     special = (source_ids == start_id) | (source_ids == end_id) | (source_ids == pad_id)
     return ops.any(ops.logical_not(special), axis=1)
-
-
-def constrain_first_token(log_probs, index, nonempty, end_id):
-    """Returns `log_probs` `(B, V)` with the first output token bound to the source.
-
-    At the first position (`index` 0), a sentence with a source (`nonempty`, bool
-    `(B,)`) may not choose the end token, and one without must. A model gives the empty
-    output a small but real probability, and beam search, dividing every other
-    hypothesis's log-probability by its length penalty, returns it whenever that
-    probability beats a whole translation's (the "empty translation" of Stahlberg and
-    Byrne, 2019): the `multi30k` preset's model translated 11 of Multi30K's 29,000
-    training sentences to nothing. fairseq forbids the end token at the first step for
-    the same reason. An empty source has nothing to translate, and its translation is
-    empty. Chosen tokens keep the model's log-probabilities, so scores stay the model's.
-    """
-    def constrained():
-        is_end = tf.range(tf.shape(log_probs)[-1]) == end_id  # (V,)
-        forbidden = tf.where(nonempty[:, None], is_end[None, :],
-                             tf.logical_not(is_end)[None, :])  # (B, V)
-        return tf.where(forbidden, FORBIDDEN, log_probs)
-
-    # Only the first step pays for the (B, V) masks.
-    return tf.cond(index == 0, constrained, lambda: log_probs)
 
 
 def write_position(tokens, index, new_ids):

@@ -8,13 +8,13 @@ import tensorflow as tf
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.common import (
     chunked_loop,
-    constrain_first_token,
     decoded,
     has_source,
     length_limits,
-    log_probabilities,
+    log_normalizers,
     put_back,
     staying_and_leaving,
+    token_bias,
     while_loop,
     write_position,
 )
@@ -29,7 +29,7 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
     (then emits `pad_id`) or at its length limit, `min(source length + extra_length,
     max_length, model.max_length - 1)`; the loop stops when every sentence has. The
     padding token is never chosen, nor the end token first, unless the source is empty
-    (then it is the whole output; see `constrain_first_token`).
+    (then it is the whole output; see `common.token_bias`).
 
     Args:
         model: a `Transformer`, or any object with its `encode`, `init_cache`,
@@ -120,12 +120,18 @@ def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id,
                               tf.logical_not(tf.reduce_all(finished)))
 
     def decode_one(index, tokens, finished, scores, limits, nonempty, rows, results, state):
-        logits, state = step(tokens, index, state)  # (B, V)
-        log_probs = constrain_first_token(log_probabilities(logits, pad_id), index,
-                                          nonempty, end_id)  # (B, V)
-        next_ids = tf.where(finished, pad_id,
-                            tf.argmax(log_probs, axis=-1, output_type=tf.int32))  # (B,)
-        scores += tf.where(finished, 0.0, tf.reduce_max(log_probs, axis=-1))
+        logits, state = step(tokens, index, state)
+        logits = tf.cast(logits, tf.float32)  # (B, V)
+        normalizers = log_normalizers(logits)  # (B, 1)
+        biased = logits + token_bias(logits.shape[-1] or tf.shape(logits)[-1], index,
+                                     end_id, pad_id)[None, :]  # (B, V)
+        best_ids = tf.argmax(biased, axis=-1, output_type=tf.int32)  # (B,)
+        best_scores = tf.reduce_max(biased, axis=-1) - normalizers[:, 0]  # (B,)
+        # An empty source's translation is the end token alone (see `token_bias`).
+        forced = tf.logical_and(tf.equal(index, 0), tf.logical_not(nonempty))  # (B,)
+        end_scores = logits[:, end_id] - normalizers[:, 0]  # (B,)
+        next_ids = tf.where(finished, pad_id, tf.where(forced, end_id, best_ids))
+        scores += tf.where(finished, 0.0, tf.where(forced, end_scores, best_scores))
         tokens = write_position(tokens, index + 1, next_ids)
         finished = finished | (next_ids == end_id) | (index + 1 >= limits)
         return index + 1, tokens, finished, scores, limits, nonempty, rows, results, state
