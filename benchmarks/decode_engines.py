@@ -9,11 +9,13 @@ CTranslate2 float32 and int8) translates the same sentences, greedy and with bea
 search (the exported beam size and α), at each batch size, through the package's
 runners: raw strings in, strings out, tokenization included. Batches are formed as the
 translate command forms them, by length within windows (`--order input` takes the
-sentences as they come, which makes each batch decode as long as its longest sentence). A runner is
-loaded and warmed up on one batch before its clock starts; each row is the median of
-`--repeats` passes, every artifact timed in turn within a pass. Each row gives sentences/s,
-output tokens/s (END included), cased sacreBLEU and chrF against the reference, and the
-speed ratio of the row to CTranslate2's of the same setting (float32 and int8).
+sentences as they come, which makes each batch decode as long as its longest
+sentence). A runner is loaded and warmed up on one batch before its clock starts; each
+row is the median of `--repeats` passes, and within a pass every batch is translated
+by each artifact in turn, so that the machine's changes of speed fall on all of them
+alike. Each row gives sentences/s, output tokens/s (END included), cased sacreBLEU and
+chrF against the reference, and the speed ratio of the row to CTranslate2's of the
+same setting (float32 and int8).
 """
 
 import argparse
@@ -67,35 +69,55 @@ def parse_arguments(argv=None):
     return parser.parse_args(argv)
 
 
-def translate_all(runner, sentences, batch_size, order):
-    """Returns `(seconds, output tokens, translations)` of translating `sentences`.
+def translate_interleaved(loaded, sentences, batch_size, order):
+    """Returns `{key: (seconds, output tokens, translations)}` for each runner of `loaded`.
 
-    `order="sorted"` batches as the translate command does (by length within windows,
+    Every batch is translated by each runner in turn, the first one rotating from
+    batch to batch, so that a change in the machine's speed falls on all of them
+    alike: on a shared virtual machine it drifted by 25 % within minutes, which
+    alternating whole passes over the sentences did not cancel. `order="sorted"`
+    batches as the translate command does (by length within windows,
     `translate.translate_sentences`); `"input"` takes the sentences as they come.
     """
-    runner(sentences[:batch_size])  # warm-up: tracing, allocation
-    tokens = 0
+    keys = list(loaded)
+    for runner in loaded.values():
+        runner(sentences[:batch_size])  # warm-up: tracing, allocation
+    seconds = dict.fromkeys(keys, 0.0)
+    recorded = {key: [] for key in keys}
 
-    def counting(batch):
-        nonlocal tokens
-        outputs = runner(batch)
-        tokens += sum(map(len, token_sequences(outputs["token_ids"])))
-        return outputs
+    def every_runner(batch):
+        first = len(recorded[keys[0]]) % len(keys)
+        for key in keys[first:] + keys[:first]:
+            start = time.perf_counter()
+            outputs = loaded[key](batch)
+            seconds[key] += time.perf_counter() - start
+            recorded[key].append(outputs)
+        return recorded[keys[0]][-1]
 
-    start = time.perf_counter()
+    translate_in_order(every_runner, sentences, batch_size, order)
+    results = {}
+    for key in keys:
+        replay = iter(recorded[key])  # the same batches, in the same order
+        texts = translate_in_order(lambda batch: next(replay), sentences, batch_size, order)
+        tokens = sum(len(sequence) for outputs in recorded[key]
+                     for sequence in token_sequences(outputs["token_ids"]))
+        results[key] = (seconds[key], tokens, texts)
+    return results
+
+
+def translate_in_order(runner, sentences, batch_size, order):
+    """Returns the translations of `sentences` in their order, batched as `order` says."""
     if order == "sorted":
-        texts = translate.translate_sentences(counting, sentences, batch_size)
-    else:
-        texts = [text for index in range(0, len(sentences), batch_size)
-                 for text in runners.translations(counting(sentences[index:index + batch_size]))]
-    return time.perf_counter() - start, tokens, texts
+        return translate.translate_sentences(runner, sentences, batch_size)
+    return [text for index in range(0, len(sentences), batch_size)
+            for text in runners.translations(runner(sentences[index:index + batch_size]))]
 
 
 def measure(arguments, sentences, references):
     """One row per artifact, decoder, threads and batch size: the median of the repeats.
 
-    The runners stay loaded, and each repeat times every one of them in turn, so that
-    a slow spell of a shared machine falls on all of them alike.
+    The runners stay loaded, and every batch of a repeat is timed on each of them in
+    turn (`translate_interleaved`).
     """
     loaded = {}
     for artifact in arguments.artifacts:
@@ -108,9 +130,9 @@ def measure(arguments, sentences, references):
     for batch_size in arguments.batch_sizes:
         timings = {key: [] for key in loaded}
         for _ in range(arguments.repeats):
-            for key, runner in loaded.items():
-                timings[key].append(translate_all(runner, sentences, batch_size,
-                                                  arguments.order))
+            for key, run in translate_interleaved(loaded, sentences, batch_size,
+                                                  arguments.order).items():
+                timings[key].append(run)
         for (artifact, decoder, threads), runs in timings.items():
             seconds = statistics.median(run[0] for run in runs)
             _, tokens, texts = runs[0]

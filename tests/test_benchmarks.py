@@ -16,6 +16,7 @@ from benchmarks import (
     checkpoint_averaging,
     cold_start,
     common,
+    decode_engines,
     decode_step_ops,
     decode_throughput,
     length_penalty,
@@ -412,3 +413,33 @@ def test_mfu_sums_gpu_kernel_time_per_step_by_family(tmp_path):
         "input_reduce_fusion", "loop_transpose_fusion", "fusion", "MemcpyD2D")] == [
         "reduction fusion", "transpose", "other fusion", "other"]
     assert mfu.device_kernel_times(str(tmp_path / "empty"), steps=1) is None
+
+
+@pytest.mark.parametrize("order", ["sorted", "input"])
+def test_decode_engines_runs_every_batch_on_each_runner_in_turn(order):
+    # Stub runners that "translate" a sentence to its reversed text, with token ids
+    # whose count is the sentence's length: each must see the same batches, the first
+    # of them rotating, and give back its translations in input order.
+    calls = []
+
+    def runner(name):
+        def translate(batch):
+            calls.append((name, tuple(batch)))
+            lengths = [len(sentence) for sentence in batch]
+            ids = np.zeros([len(batch), max(lengths) + 1], np.int32)  # PAD after
+            for row, length in enumerate(lengths):
+                ids[row, :length] = 7
+            return {"translations": np.array([s[::-1].encode() for s in batch]),
+                    "token_ids": ids}
+        return translate
+
+    sentences = ["a" * (n % 7 + 1) + str(n) for n in range(11)]
+    results = decode_engines.translate_interleaved(
+        {"x": runner("x"), "y": runner("y")}, sentences, 4, order)
+    timed = calls[2:]  # after one warm-up call each
+    assert [name for name, _ in timed] == ["x", "y", "y", "x", "x", "y"]
+    assert [batch for _, batch in timed[0::2]] == [batch for _, batch in timed[1::2]]
+    for seconds, tokens, texts in results.values():
+        assert seconds > 0
+        assert tokens == sum(map(len, sentences))
+        assert texts == [sentence[::-1] for sentence in sentences]
