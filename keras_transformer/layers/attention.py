@@ -13,7 +13,7 @@ _MASKED_SCORE = -1e9
 
 
 def scaled_dot_product_attention(query, keys, values, attention_mask=None, scale=None,
-                                 weights_dropout=None, training=None):
+                                 weights_dropout=None, training=None, score_bias=None):
     """Attention(Q, K, V) = softmax(Q·Kᵀ · scale) · V for every head (§3.2.1).
 
     The tensors come head-first, keys transposed, the layouts the two matmuls read:
@@ -31,6 +31,10 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None, scale
         weights_dropout: optional callable `(weights, training) -> weights`, applied to
             the weights before they weigh the values (attention dropout).
         training: bool. Passed to `weights_dropout`.
+        score_bias: optional float tensor broadcastable to `(B, T, S)`, added to the
+            scores (0 where the query may attend, `_MASKED_SCORE` where not): a mask
+            applied by addition, which differs from `attention_mask` only in a row
+            whose every key is masked (softmax of the scores, not uniform weights).
 
     Returns:
         `(context, weights)`: `(B, H, T, K_v)` and float32 `(B, H, T, S)`, each row of the
@@ -41,6 +45,8 @@ def scaled_dot_product_attention(query, keys, values, attention_mask=None, scale
     scores = ops.cast(ops.matmul(query, keys), "float32") * scale  # (B, H, T, S)
     if attention_mask is not None:
         scores = ops.where(ops.expand_dims(attention_mask, 1), scores, _MASKED_SCORE)
+    if score_bias is not None:
+        scores = scores + ops.expand_dims(score_bias, 1)
     weights = ops.softmax(scores, axis=-1)  # (B, H, T, S)
     weighing = weights if weights_dropout is None else weights_dropout(weights,
                                                                        training=training)
@@ -174,8 +180,14 @@ class MultiHeadAttention(keras.layers.Layer):
             query_heads = ops.transpose(ops.reshape(
                 projected, (-1, queries_per_row, self.num_heads, self.head_dim)),
                 (0, 2, 1, 3))  # (B, H, n, K)
+        # The mask as an additive bias: LiteRT runs the broadcast select of a mask
+        # with its scalar reference kernel, over every score at every step, and adds
+        # with XNNPACK. A decoding step's rows always see a key (position 0; a
+        # source's end token), where the two would differ.
+        bias = None if attention_mask is None else ops.where(attention_mask, 0.0,
+                                                             _MASKED_SCORE)
         context, _ = scaled_dot_product_attention(query_heads, keys, values,
-                                                  attention_mask)  # (B, H, n, K)
+                                                  score_bias=bias)  # (B, H, n, K)
         if queries_per_row > 1:
             context = ops.transpose(context, (0, 2, 1, 3))  # (B, n, H, K)
         context = ops.reshape(context, (-1, self.num_heads * self.head_dim))  # (B·n, H·K)
