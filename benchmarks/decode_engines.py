@@ -74,7 +74,7 @@ def translate_interleaved(loaded, sentences, batch_size, order):
 
     Every batch is translated by each runner in turn, the first one rotating from
     batch to batch, so that a change in the machine's speed falls on all of them
-    alike: on a shared virtual machine it drifted by 25 % within minutes, which
+    alike: on a shared virtual machine it drifted by 25 % within 20 minutes, which
     alternating whole passes over the sentences did not cancel. `order="sorted"`
     batches as the translate command does (by length within windows,
     `translate.translate_sentences`); `"input"` takes the sentences as they come.

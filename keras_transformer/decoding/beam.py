@@ -203,8 +203,9 @@ class _BeamSearch:
         top_scores, top_indices = top_k_by_blocks(
             tf.reshape(candidates, [batch, self.beam_size * vocabulary]),
             2 * self.beam_size)  # (B, 2K)
-        # An empty source's translation is the end token alone (see `token_bias`). Only
-        # the first step pays for the small ops that set it, a few % of a step at batch 1.
+        # An empty source's translation is the end token alone (see `token_bias`), set
+        # at the first step only; the column is taken outside the tf.cond, whose
+        # operands LiteRT's IF copies at every step.
         end_log_probs = logits[:, self.end_id] - normalizers[:, 0]  # (B*K,)
         top_scores, top_indices = tf.cond(
             tf.equal(index, 0),
