@@ -83,6 +83,9 @@ class TrainConfig:
     epsilon: float = 1e-9
     epochs: int = 10
     steps_per_epoch: int | None = None
+    # Micro-batches per weight update. The update is that of one batch of their union:
+    # each micro-batch's loss is weighted by its share of the target tokens
+    # (`batching.weigh_micro_batches`); schedule and cooldown count updates.
     gradient_accumulation_steps: int = 1
     # None: float32, except bfloat16 on the JAX backend with a GPU (`distribution`).
     mixed_precision: str | None = None

@@ -17,14 +17,15 @@ def numpy_log_softmax(logits):
 
 
 def numpy_label_smoothed_loss(target_ids, logits, smoothing, weights=None):
-    """Cross-entropy against (1 - ε)·one_hot + ε/V, averaged over non-pad tokens."""
+    """Cross-entropy against (1 - ε)·one_hot + ε/V, summed over non-pad tokens times
+    their `weights` and divided by the number of non-pad tokens of positive weight."""
     vocabulary_size = logits.shape[-1]
     smoothed = (1 - smoothing) * np.eye(vocabulary_size)[target_ids] + smoothing / vocabulary_size
     token_losses = -(smoothed * numpy_log_softmax(logits.astype(np.float64))).sum(axis=-1)
     mask = (target_ids != 0).astype(np.float64)
     if weights is not None:
         mask = mask * weights
-    return (token_losses * mask).sum() / mask.sum()
+    return (token_losses * mask).sum() / (mask > 0).sum()
 
 
 def make_batch(seed=0, batch=3, length=5, vocabulary_size=11):
@@ -69,9 +70,12 @@ def test_padding_contributes_nothing():
     np.testing.assert_allclose(float(loss(padded_ids, padded_logits)), reference, rtol=1e-6)
 
 
-def test_sample_weight_multiplies_the_padding_mask():
+def test_sample_weight_multiplies_each_tokens_loss():
+    # Weights scale tokens' shares, as gradient accumulation's do; the divisor is the
+    # count of weighted tokens, so weights of 0 leave tokens out.
     target_ids, logits = make_batch(seed=4)
     weights = np.random.default_rng(5).uniform(0.5, 2.0, size=target_ids.shape)
+    weights[1, 2] = 0.0
     loss = LabelSmoothedCrossEntropy(label_smoothing=0.1)
     got = float(loss(target_ids, logits, sample_weight=weights.astype(np.float32)))
     np.testing.assert_allclose(

@@ -122,7 +122,7 @@ def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=
 
 def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat=False,
                 start_batch=0, pad_to_bucket=False, rows_multiple=1,
-                subword_alpha=DataConfig.subword_alpha):
+                subword_alpha=DataConfig.subword_alpha, accumulation=1):
     """Cuts tokenized pairs into length-bucketed batches, pass after pass.
 
     Pass `p` over the data (numbered from 0) visits the pairs in the order of a
@@ -158,6 +158,8 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
         subword_alpha: float > 0. For pairs with `candidates` and `shuffle`: each pass
             draws a segmentation of every sentence with probability ∝ P^`subword_alpha`
             (values near 0 draw almost uniformly, large ones the most likely one).
+        accumulation: int. The optimizer's `gradient_accumulation_steps`: weigh the
+            micro-batches of each update by their target tokens (`weigh_micro_batches`).
 
     Returns:
         A `tf.data.Dataset` of `(inputs, targets, loss_weights)` (see module docstring).
@@ -187,17 +189,56 @@ def batch_pairs(pairs, *, batch_tokens, max_length, shuffle=True, seed=0, repeat
             _gather_padded(rows, buckets, shapes), num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True)
 
+    # The stream starts at the update `start_batch` is part of, so that its windows of
+    # micro-batches are the uninterrupted run's; the ones already trained are left out
+    # after their tokens are counted.
+    window_start = start_batch - start_batch % accumulation
     if repeat:
         per_pass = batches_per_pass(pairs, batch_tokens=batch_tokens, max_length=max_length,
                                     shuffle=shuffle)
-        first_pass, start_batch = divmod(start_batch, per_pass)
+        first_pass, skipped = divmod(window_start, per_pass)
         dataset = tf.data.Dataset.counter(first_pass).flat_map(one_pass)
     else:
+        skipped = window_start
         dataset = one_pass(tf.constant(0, tf.int64))
-    dataset = dataset.skip(start_batch)
+    dataset = dataset.skip(skipped)
     dataset = dataset.map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=True)
+    if accumulation > 1:
+        dataset = weigh_micro_batches(dataset, accumulation)
+    dataset = dataset.skip(start_batch - window_start)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def weigh_micro_batches(dataset, accumulation):
+    """Scales the loss weights of each window of `accumulation` batches by their tokens.
+
+    Keras's gradient accumulation applies the plain mean of the micro-batches'
+    gradients, and each micro-batch's loss is a mean over its own target tokens, so a
+    micro-batch of few tokens would count as much as one of many. Micro-batch `i` of a
+    window holding `N` target tokens in all, `n_i` of them its own, gets weights
+    `accumulation · n_i / N` on its tokens instead of 1; the loss then divides the
+    weighted sum by `n_i` (`LabelSmoothedCrossEntropy`), and the mean of the window's
+    gradients is the gradient of the union of its batches: the sum over all its tokens
+    divided by `N`. Windows are counted from the dataset's first batch, which must be
+    the first micro-batch of an update.
+
+    Args:
+        dataset: of `(inputs, targets, loss_weights)` batches, as `make_dataset`'s.
+        accumulation: int ≥ 2. Micro-batches per weight update.
+
+    Returns:
+        The dataset with the same batches, their loss weights scaled.
+    """
+    def weigh(inputs, targets, loss_weights):  # each a dataset of the window's batches
+        tokens = loss_weights.map(tf.reduce_sum)  # n_i
+        total = tokens.reduce(tf.constant(0.0), lambda sum, count: sum + count)  # N
+        return tf.data.Dataset.zip((inputs, targets, loss_weights, tokens)).map(
+            lambda inputs, targets, weights, count: (
+                inputs, targets,
+                weights * tf.math.divide_no_nan(accumulation * count, total)))
+
+    return dataset.window(accumulation).flat_map(weigh)
 
 
 def batches_per_pass(pairs, *, batch_tokens, max_length, shuffle=True):

@@ -254,7 +254,7 @@ class TimeBudget(keras.callbacks.Callback):
 class LearningRateCooldown(keras.callbacks.Callback):
     """Takes the learning rate linearly to 0 over the last `fraction` of a run.
 
-    A run's progress is the larger of its share of weight updates (`total_steps`) and
+    A run's progress is the larger of its share of weight updates (`total_updates`) and
     its share of the time budget (`minutes`, the clock starting with each `fit` as
     `TimeBudget`'s does). Until progress reaches `1 - fraction` the schedule runs as
     written; from there its `multiplier` falls linearly and reaches 0 where the run
@@ -266,22 +266,23 @@ class LearningRateCooldown(keras.callbacks.Callback):
     Args:
         schedule: a schedule with a `multiplier` variable (`WarmupInverseSqrtSchedule`).
         fraction: float in (0, 1). The share of the run spent cooling down.
-        total_steps: int or None. Training steps of the whole run (optimizer
-            iterations: batches, also with gradient accumulation).
+        total_updates: int or None. Weight updates of the whole run: its batches
+            divided by `gradient_accumulation_steps`, since the optimizer's
+            `iterations`, which progress is read from, counts updates.
         minutes: float or None. The run's time budget. At least one of the two is needed.
     """
 
-    def __init__(self, schedule, fraction, *, total_steps=None, minutes=None):
+    def __init__(self, schedule, fraction, *, total_updates=None, minutes=None):
         super().__init__()
         if not 0 < fraction < 1:
             raise ValueError(f"cooldown_fraction must be between 0 and 1, got {fraction}.")
-        if not total_steps and not minutes:
+        if not total_updates and not minutes:
             raise ValueError("A learning-rate cooldown needs to know where the run ends: "
                              "give a time budget (train.time_budget_minutes) or a number "
                              "of epochs with known steps.")
         self.schedule = schedule
         self.fraction = float(fraction)
-        self.total_steps = total_steps
+        self.total_updates = total_updates
         self.minutes = minutes
         self._start = None
         self._multiplier = None
@@ -298,9 +299,9 @@ class LearningRateCooldown(keras.callbacks.Callback):
     def progress(self):
         """The run's progress in [0, ∞): 1 where it is due to end."""
         shares = [0.0]
-        if self.total_steps:
-            iterations = keras.ops.convert_to_numpy(self.model.optimizer.iterations)
-            shares.append(int(iterations) / self.total_steps)
+        if self.total_updates:
+            updates = keras.ops.convert_to_numpy(self.model.optimizer.iterations)
+            shares.append(int(updates) / self.total_updates)
         if self.minutes and self._start is not None:
             shares.append((time.monotonic() - self._start) / 60 / self.minutes)
         return max(shares)

@@ -98,7 +98,8 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
                 callbacks=make_callbacks(config.train, run_dir, [
                     *make_translation_callbacks(config.train, run_dir, splits["validation"]),
                     *callbacks], schedule=schedule,
-                    total_steps=config.train.epochs * steps_per_epoch),
+                    total_updates=config.train.epochs * steps_per_epoch
+                    // config.train.gradient_accumulation_steps),
                 shuffle=False, verbose=verbose)  # the pipeline shuffles
     finally:
         # The precision is this run's: what the caller builds next in this process
@@ -110,7 +111,7 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     return history
 
 
-def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_steps=None):
+def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_updates=None):
     """Returns the callbacks of a run, in the order they must run at each step.
 
     TerminateOnNaN comes first and raises, so nothing after it writes a bad state and
@@ -128,7 +129,7 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_step
         extra: callbacks to run after ours and before the resumed epoch's end.
         schedule: the optimizer's `WarmupInverseSqrtSchedule` (`make_schedule`), which
             `train_config.cooldown_fraction` needs.
-        total_steps: int or None. Training steps of the whole run, for the cooldown.
+        total_updates: int or None. Weight updates of the whole run, for the cooldown.
     """
     every = train_config.checkpoint_every_steps
     checkpoint_dir = os.path.join(run_dir, files.CHECKPOINTS)
@@ -149,7 +150,7 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_step
             raise ValueError("train.cooldown_fraction needs the optimizer's schedule "
                              "(make_callbacks(..., schedule=make_schedule(...))).")
         callbacks.append(callbacks_lib.LearningRateCooldown(
-            schedule, train_config.cooldown_fraction, total_steps=total_steps,
+            schedule, train_config.cooldown_fraction, total_updates=total_updates,
             minutes=train_config.time_budget_minutes))
     if distribution.is_chief():
         callbacks.append(callbacks_lib.RollingCheckpoint(
@@ -280,9 +281,11 @@ def make_datasets(config, tokenizer, splits, position=(0, 0), *, rows_multiple=1
     # XLA compiles the step anew for each input shape it meets: one shape per bucket.
     if compiles_step(config.train):
         options.update(pad_to_bucket=True, rows_multiple=rows_multiple)
-    train_data = batching.batch_pairs(train_pairs, shuffle=True, seed=config.data.seed, repeat=True,
-                                  start_batch=epoch * steps_per_epoch + batches_done,
-                                  subword_alpha=config.data.subword_alpha, **options)
+    train_data = batching.batch_pairs(
+        train_pairs, shuffle=True, seed=config.data.seed, repeat=True,
+        start_batch=epoch * steps_per_epoch + batches_done,
+        subword_alpha=config.data.subword_alpha,
+        accumulation=config.train.gradient_accumulation_steps, **options)
     validation_data = batching.make_dataset(splits["validation"], tokenizer, shuffle=False,
                                             **options)
     return train_data, validation_data, steps_per_epoch

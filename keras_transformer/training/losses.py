@@ -25,11 +25,14 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     Tokens equal to `pad_id` get weight 0; `sample_weight`, when given (the data pipeline
     passes its loss weights), multiplies that mask. The sum of weighted token losses is
-    divided by the sum of weights over the *whole* global batch: under `tf.distribute` each
-    replica divides by the token count of all replicas together (one scalar all-reduce), so
-    the summed gradients, and the loss Keras reports, are those of one device seeing the
-    whole batch, whatever the number of replicas. (A loss that returned its own
-    `sum / count` would be counted once per replica.)
+    divided by the number of tokens of positive weight over the *whole* global batch:
+    under `tf.distribute` each replica divides by the token count of all replicas
+    together (one scalar all-reduce), so the summed gradients, and the loss Keras
+    reports, are those of one device seeing the whole batch, whatever the number of
+    replicas. (A loss that returned its own `sum / count` would be counted once per
+    replica.) With weights of 0 and 1 (padding, and the pipeline's default) this is
+    the mean over the weighted tokens; other weights scale their tokens' share, as
+    `batching.weigh_micro_batches` does for gradient accumulation.
 
     Args:
         label_smoothing: float in `[0, 1)`. `ε_ls` of the paper. Defaults to `0.1`.
@@ -70,7 +73,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         if sample_weight is not None:
             weights = weights * ops.cast(sample_weight, self.dtype)
         total = super().__call__(y_true, y_pred, sample_weight=weights)
-        tokens = _sum_over_replicas(ops.stop_gradient(ops.sum(weights)))
+        counted = ops.cast(ops.greater(weights, 0), self.dtype)
+        tokens = _sum_over_replicas(ops.stop_gradient(ops.sum(counted)))
         return ops.divide_no_nan(total, tokens)
 
     def call(self, y_true, y_pred):
@@ -186,10 +190,12 @@ class TargetTokens(keras.metrics.Sum):
 
 
 def _token_weights(y_true, pad_id, sample_weight):
-    weights = ops.cast(ops.not_equal(y_true, pad_id), "float32")
+    """1.0 on each real token of positive weight, else 0.0: metrics count tokens, not
+    the loss's weights (scaled under gradient accumulation)."""
+    weights = ops.not_equal(y_true, pad_id)
     if sample_weight is not None:
-        weights = weights * ops.cast(sample_weight, "float32")
-    return weights
+        weights = ops.logical_and(weights, ops.greater(sample_weight, 0))
+    return ops.cast(weights, "float32")
 
 
 def compile_model(model, train_config, optimizer=None, **options):
