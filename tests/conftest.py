@@ -7,7 +7,16 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import hypothesis  # noqa: E402
 import pytest  # noqa: E402
+
+# Every run draws the same examples, derived from each test alone, so that a failure in
+# CI reproduces on any machine; a failure also prints the blob that replays it
+# (`@hypothesis.reproduce_failure`). HYPOTHESIS_PROFILE=explore draws new examples.
+hypothesis.settings.register_profile("reproducible", derandomize=True, database=None,
+                                     print_blob=True)
+hypothesis.settings.register_profile("explore", print_blob=True)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"

@@ -7,6 +7,9 @@ from keras import ops
 from keras_transformer.layers.attention import MultiHeadAttention, scaled_dot_product_attention
 from tests.layer_checks import check_layer
 
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
+
 # The one-head walk-through with unscaled scores (divisor 1) from the seed book chapter.
 X = np.array([[1, 0, 1, 0], [0, 2, 0, 2], [1, 1, 1, 1]], dtype="float32")
 W_Q = np.array([[1, 0, 1], [1, 0, 0], [0, 0, 1], [0, 1, 1]], dtype="float32")

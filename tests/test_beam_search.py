@@ -18,6 +18,9 @@ import tensorflow as tf
 from keras_transformer import decoding
 from keras_transformer.decoding import beam as beam_lib
 
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
+
 PAD, START, END = 0, 2, 3
 VOCABULARY = 8
 STUBS = 40  # random stubs decoded together, one sentence each

@@ -9,6 +9,10 @@ import tensorflow as tf
 
 from keras_transformer import Transformer, decoding
 from keras_transformer.decoding import portable
+from tests.numerics import assert_close_in_ulps
+
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
 
 PAD, START, END = 0, 2, 3
 MAX_LENGTH = 10
@@ -112,7 +116,7 @@ def test_cached_steps_match_the_full_decoder_pass(model, greedy):
     for index in range(ids.shape[1]):
         logits, cache = decode_step(tf.constant(decoder_input[:, index]), cache,
                                     tf.constant(index))
-        np.testing.assert_allclose(logits.numpy(), full_logits[:, index], atol=1e-4)
+        assert_close_in_ulps(logits.numpy(), full_logits[:, index])
     np.testing.assert_array_equal(ids, np.argmax(full_logits[..., 1:], axis=-1) + 1)
 
 
@@ -123,7 +127,7 @@ def test_cached_greedy_equals_uncached_greedy(model, greedy):
     cached = greedy(source_ids)
     assert cached.ids.shape == (3, MAX_LENGTH)
     np.testing.assert_array_equal(cached.ids.numpy(), uncached.ids.numpy())
-    np.testing.assert_allclose(cached.scores.numpy(), uncached.scores.numpy(), atol=1e-4)
+    assert_close_in_ulps(cached.scores.numpy(), uncached.scores.numpy())
 
 
 def test_greedy_spells_the_stub_sequence_and_stops_at_end():
@@ -208,8 +212,7 @@ def test_batch_decodes_like_each_sentence_alone(decoder, request):
     for i, sentence in enumerate(SOURCES):
         alone = decode(padded([sentence]))
         np.testing.assert_array_equal(batch.ids.numpy()[i], alone.ids.numpy()[0])
-        np.testing.assert_allclose(batch.scores.numpy()[i], alone.scores.numpy()[0],
-                                   atol=1e-4)
+        assert_close_in_ulps(batch.scores.numpy()[i], alone.scores.numpy()[0])
 
 
 def test_graph_decoding_equals_eager(model, greedy):
@@ -229,7 +232,7 @@ def test_xla_compiled_decoding_equals_the_graph(model, decoder, request):
         expected = request.getfixturevalue(decoder)(source_ids)
         got = compiled(source_ids)
         np.testing.assert_array_equal(got.ids.numpy(), expected.ids.numpy())
-        np.testing.assert_allclose(got.scores.numpy(), expected.scores.numpy(), atol=1e-4)
+        assert_close_in_ulps(got.scores.numpy(), expected.scores.numpy())
 
 
 def test_pad_width_rounds_up_to_the_multiple_with_padding():
@@ -300,10 +303,9 @@ def test_beam_scores_are_the_models_log_probabilities(model, beam):
     found = beam(source_ids)
     ids = found.ids.numpy()
     expected = teacher_forced_log_probabilities(model, source_ids, ids).sum(axis=1)
-    np.testing.assert_allclose(found.scores.numpy(), expected, atol=1e-3)
+    assert_close_in_ulps(found.scores.numpy(), expected)
     penalty = ((5 + found.lengths.numpy()) / 6) ** 0.6
-    np.testing.assert_allclose(found.normalized_scores.numpy(), expected / penalty,
-                               atol=1e-3)
+    assert_close_in_ulps(found.normalized_scores.numpy(), expected / penalty)
 
 
 def test_beam_attention_is_the_models_attention_reading_the_chosen_output(model):
@@ -390,7 +392,7 @@ def test_gathering_cache_rows_reorders_the_hypotheses(model):
     fresh_sources = source_ids[rows]
     fresh = model.init_cache(model.encode(fresh_sources), fresh_sources, 6)
     expected, _ = run(fresh_sources, fresh, targets[rows], range(5))
-    np.testing.assert_allclose(reordered, expected[3:], atol=1e-5)
+    assert_close_in_ulps(reordered, expected[3:])
 
 
 @pytest.mark.parametrize("decode", [decoding.greedy_decode, decoding.beam_search])
@@ -406,7 +408,7 @@ def test_a_cache_grown_chunk_by_chunk_decodes_like_one_allocated_at_once(model, 
                                      **options)(source_ids)
     assert expected.ids.shape[1] > 3
     np.testing.assert_array_equal(found.ids.numpy(), expected.ids.numpy())
-    np.testing.assert_allclose(found.scores.numpy(), expected.scores.numpy(), atol=1e-5)
+    assert_close_in_ulps(found.scores.numpy(), expected.scores.numpy())
 
 
 @pytest.mark.parametrize("decode", [decoding.greedy_decode, decoding.beam_search])
@@ -422,10 +424,10 @@ def test_finished_sentences_leave_the_batch_without_changing_any_output(model, d
                                      cache_chunk=chunk)(source_ids)
     assert len(set(expected.lengths.numpy().tolist())) == len(SOURCES)
     np.testing.assert_array_equal(found.ids.numpy(), expected.ids.numpy())
-    np.testing.assert_allclose(found.scores.numpy(), expected.scores.numpy(), atol=1e-5)
+    assert_close_in_ulps(found.scores.numpy(), expected.scores.numpy())
     if expected.normalized_scores is not None:
-        np.testing.assert_allclose(found.normalized_scores.numpy(),
-                                   expected.normalized_scores.numpy(), atol=1e-5)
+        assert_close_in_ulps(found.normalized_scores.numpy(),
+                             expected.normalized_scores.numpy())
 
 
 def test_grow_cache_keeps_what_was_written_and_appends_empty_positions(model):
@@ -471,7 +473,7 @@ def test_beam_search_shares_only_cache_entries_shared_by_a_sentences_hypotheses(
     expected = decoding.decode_function(decoding.beam_search, GatherEveryCacheEntry(model),
                                         **options)(source_ids)
     np.testing.assert_array_equal(found.ids.numpy(), expected.ids.numpy())
-    np.testing.assert_allclose(found.scores.numpy(), expected.scores.numpy(), atol=1e-6)
+    assert_close_in_ulps(found.scores.numpy(), expected.scores.numpy())
 
 
 class MarkovModel:

@@ -12,6 +12,9 @@ import tensorflow as tf
 
 from keras_transformer.training import cpu, distribution
 
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
+
 # Runs in a fresh process: logical devices must be set before TensorFlow starts.
 REPLICA_SCRIPT = textwrap.dedent("""
     import dataclasses, json, os

@@ -8,6 +8,9 @@ from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from tests.layer_checks import check_layer
 
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
+
 
 @pytest.mark.parametrize("normalize_first", [False, True])
 def test_encoder_layer_contract(tmp_path, normalize_first):

@@ -18,7 +18,11 @@ from keras_transformer.training import fit as training
 from keras_transformer.training import runs
 from keras_transformer.training.runs import TokenizerMismatchError, load_ensemble
 from tests.export_helpers import validation_sentences
+from tests.numerics import assert_close_in_ulps
 from tests.test_decoding import END, PrefixTreeModel, padded
+
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
 
 SOURCES = [[5, 6, 7, END], [8, 9, 10, 11, 12, 13, END], [14, END]]
 
@@ -63,12 +67,12 @@ def test_steps_give_the_log_of_the_mean_of_the_members_softmax(members):
     # NumPy softmax of each member, then the log of their mean.
     exponentials = [np.exp(logits - logits.max(-1, keepdims=True)) for logits in member_logits]
     expected = np.log(np.mean([e / e.sum(-1, keepdims=True) for e in exponentials], axis=0))
-    np.testing.assert_allclose(full, expected, atol=1e-4)
+    assert_close_in_ulps(full, expected)
     step = tf.function(ensemble.decode_step)
     for index in range(target_ids.shape[1]):
         log_probs, caches = step(tf.constant(target_ids[:, index]), caches,
                                  tf.constant(index))
-        np.testing.assert_allclose(log_probs.numpy(), expected[:, index], atol=1e-4)
+        assert_close_in_ulps(log_probs.numpy(), expected[:, index])
 
 
 def test_a_model_twice_decodes_as_the_model_alone(members):
@@ -78,7 +82,7 @@ def test_a_model_twice_decodes_as_the_model_alone(members):
         twice = decoding.decode_function(decode, Ensemble([model, model]),
                                          max_length=12)(source_ids)
         np.testing.assert_array_equal(twice.ids.numpy(), alone.ids.numpy())
-        np.testing.assert_allclose(twice.scores.numpy(), alone.scores.numpy(), atol=1e-4)
+        assert_close_in_ulps(twice.scores.numpy(), alone.scores.numpy())
 
 
 def test_cached_greedy_equals_uncached_greedy_and_attention_is_the_members_mean(members):

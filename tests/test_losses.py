@@ -10,6 +10,9 @@ from keras_transformer.training.losses import (
     TargetTokens,
 )
 
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
+
 
 def numpy_log_softmax(logits):
     shifted = logits - logits.max(axis=-1, keepdims=True)

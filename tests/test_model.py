@@ -6,6 +6,9 @@ from keras import ops
 from keras_transformer import Transformer
 from keras_transformer.layers import masks
 
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
+
 SOURCE = np.array([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]], dtype="int32")
 TARGET = np.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], dtype="int32")
 

@@ -26,7 +26,8 @@ from tests.conftest import REPOSITORY, fixture_corpus
 TIMEOUT_S = 420
 # The cluster fixture waits up to TIMEOUT_S for its processes (116 s measured on 2 busy
 # cores), in whichever test runs first.
-pytestmark = pytest.mark.timeout(TIMEOUT_S + 180)
+# Also run on Eigen's kernels in CI, as the other float comparisons (tests/numerics.py).
+pytestmark = [pytest.mark.timeout(TIMEOUT_S + 180), pytest.mark.numerics]
 STEPS = 4
 EVERY = 2
 COOLDOWN_FRACTION = 0.5
@@ -161,18 +162,25 @@ def test_two_workers_match_one_process_on_the_same_global_batches(cluster):
     cluster_losses = records["worker 0"]["losses"]
     reference_losses = records["reference"]["losses"]
     assert len(cluster_losses) == len(reference_losses) == STEPS
-    np.testing.assert_allclose(cluster_losses, reference_losses, rtol=0, atol=1e-4)
+    # Losses near 6.9 differed by 1e-6 at most under three kernel sets (oneDNN with
+    # AVX-512 or AVX2, Eigen); 2e-5 of their size is 140 float32 ulps.
+    np.testing.assert_allclose(cluster_losses, reference_losses, rtol=2e-5)
     for a, b in zip(records["worker 0"]["initial"], records["reference"]["initial"]):
         np.testing.assert_array_equal(a, b)
-    # Summation order differs (all-reduce of two halves against one sum), and Adam
-    # divides by √v, which magnifies float noise on weights with tiny gradients: allow
-    # 5 % of how far training moved the weights.
-    moved = max(np.abs(w - i).max() for w, i in zip(records["reference"]["weights"],
-                                                    records["reference"]["initial"]))
-    differ = max(np.abs(w - r).max() for w, r in zip(records["worker 0"]["weights"],
-                                                     records["reference"]["weights"]))
-    assert moved > 1e-3
-    assert differ < 0.05 * moved
+    # Summation order differs (all-reduce of two halves against one sum), and Adam's
+    # first steps are about the gradient's sign: a weight with a near-zero gradient
+    # may step the other way. The largest single difference was 3.2-4.7 % of the
+    # largest move across the kernel sets (6.9 % on a CPU without AVX-512), so the
+    # weights are compared as a whole: the norm of their difference was 0.07-0.10 %
+    # of the norm of the update.
+    def norm(arrays):
+        return float(np.sqrt(sum(np.sum(np.square(array)) for array in arrays)))
+
+    reference, initial = records["reference"]["weights"], records["reference"]["initial"]
+    moved = norm([w - i for w, i in zip(reference, initial)])
+    differ = norm([w - r for w, r in zip(records["worker 0"]["weights"], reference)])
+    assert moved > 1e-2
+    assert differ < 0.01 * moved
 
 
 def test_the_cooldown_takes_the_rate_down_alike_on_every_worker(cluster):

@@ -20,6 +20,9 @@ from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimization import make_optimizer, make_schedule
 from tests.conftest import REPOSITORY
 
+# Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
+pytestmark = pytest.mark.numerics
+
 STEPS = 16  # batches of each run below
 WARMUP = 3  # weight updates
 COOLDOWN_FRACTION = 0.5
