@@ -16,6 +16,7 @@ The run directory (what training writes, `training.run_dir` reads back):
       training_record.json    what training took, once it finished (`recipe`)
       recipe.json             everything `recipe` measured
       translations/           the translations `recipe` scored, <split>.<decoder>.<language>
+      train.lock              held by the one process training here (`runs.lock_run_dir`)
 
 The backup directory (`training.backup`; Keras's `BackupAndRestore` names its files):
 
@@ -65,6 +66,7 @@ AVERAGED_RECORD = "averaged.json"  # beside AVERAGED_WEIGHTS: the checkpoints av
 TRAINING_RECORD = "training_record.json"  # what training took, once it finished
 RECIPE_RESULT = "recipe.json"  # everything `recipe.run_recipe` measured
 TRANSLATIONS = "translations"  # the translations `recipe.run_recipe` scored
+LOCK = "train.lock"  # who trains here: one process at a time (`runs.lock_run_dir`)
 
 # The backup directory: Keras's `BackupAndRestore` names these.
 BACKUP_WEIGHTS = "latest.weights.h5"
@@ -96,7 +98,8 @@ INPUT_NAME = "sentences"
 PAPER_BEAM_SIZE = 4
 PAPER_LENGTH_PENALTY = 0.6
 
-# Keras insists that weight files end in ".weights.h5": temporary names get a prefix.
+# Keras insists that weight files end in ".weights.h5": temporary names get a prefix,
+# with the writing process's id (`partial_name`).
 PARTIAL_PREFIX = "partial-"
 
 
@@ -113,14 +116,44 @@ def is_ctranslate2_dir(path):
             and os.path.isfile(os.path.join(path, CTRANSLATE2_OPTIONS)))
 
 
+def partial_name(name):
+    """The temporary name under which this process writes `name` before renaming it.
+
+    It carries the process id, so that two processes writing one file never write
+    into each other's temporary file, and keeps the name's ending.
+    """
+    return f"{PARTIAL_PREFIX}{os.getpid()}-{name}"
+
+
+def is_stale_partial(name):
+    """Whether `name` is a temporary name of a process that no longer runs here."""
+    match = _PARTIAL_PATTERN.match(name)
+    return bool(match) and not process_is_alive(int(match.group(1)))
+
+
+_PARTIAL_PATTERN = re.compile(rf"^{PARTIAL_PREFIX}(\d+)-")
+
+
+def process_is_alive(pid):
+    """Whether a process with id `pid` runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True
+
+
 def replace_atomically(path, write):
     """Calls `write(temporary_path)`, then renames the temporary file to `path`.
 
-    The temporary file lies in `path`'s folder (a rename never crosses file systems)
-    and keeps its name's ending, which Keras's weight files need.
+    The temporary file lies in `path`'s folder (a rename never crosses file systems),
+    is this process's own (`partial_name`) and keeps its name's ending, which Keras's
+    weight files need.
     """
     directory, name = os.path.split(os.fspath(path))
-    temporary = os.path.join(directory, PARTIAL_PREFIX + name)
+    temporary = os.path.join(directory, partial_name(name))
     try:
         write(temporary)
         os.replace(temporary, path)

@@ -72,6 +72,14 @@ def run_recipe(config, run_dir, *, choices=Choices(), check=True, batch_size=64)
     Raises:
         self_check.SelfCheckFailed: the exported artifacts do not translate alike.
     """
+    # Held from training to the last score: another recipe or training on this run
+    # directory would change the weights being chosen, exported and scored.
+    with runs.lock_run_dir(run_dir):
+        return _run_recipe(config, run_dir, choices, check, batch_size)
+
+
+def _run_recipe(config, run_dir, choices, check, batch_size):
+    """`run_recipe` under the run directory's lock."""
     record = train_once(config, run_dir)
     config = runs.load_config(run_dir)  # with the tokenizer's vocabulary size
     validation = corpus.load_split(config.data, "validation", filter_pairs=False,

@@ -125,7 +125,7 @@ def export_ctranslate2(translator, export_dir):
         # Each spec is quantized in place when saved: build a fresh one per directory.
         spec = model_spec(translator.model, translator.tokenizer)
         directory = os.path.join(export_dir, name)
-        partial = os.path.join(export_dir, files.PARTIAL_PREFIX + name)
+        partial = os.path.join(export_dir, files.partial_name(name))
         if os.path.exists(partial):
             shutil.rmtree(partial)
         # Written beside, then renamed: an interrupted export leaves no half directory.

@@ -82,7 +82,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def on_train_begin(self, logs=None):
         if not self.restore_only and os.path.isdir(self.backup_dir):
             for name in os.listdir(self.backup_dir):  # left by a process killed mid-write
-                if name.startswith(files.PARTIAL_PREFIX):
+                if files.is_stale_partial(name):
                     os.remove(os.path.join(self.backup_dir, name))
         try:
             expected = read_backup_position(self.backup_dir)

@@ -5,6 +5,7 @@
 on the same directory resumes from the last backup.
 """
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -46,7 +47,8 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     building the tokenizer) fails, a run directory this call created is removed again.
     On an existing run directory the saved tokenizer is reused and training resumes
     from `backup/`; the config must match the saved one (only `train.epochs` and
-    `train.time_budget_minutes` may change).
+    `train.time_budget_minutes` may change). One process trains in a run directory at
+    a time (`runs.lock_run_dir`): another raises `runs.RunDirectoryInUseError`.
 
     Args:
         config: `Config`.
@@ -64,8 +66,15 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
         raise RunDirectoryError(f"{run_dir} is a file, not a run directory: train into "
                                 "a new --run-dir, or move the file away.")
     _check_translation_callbacks(config.train, callbacks)
+    # One training per run directory; only the chief of a cluster writes into it.
+    with (runs.lock_run_dir(run_dir) if distribution.is_chief()
+          else contextlib.nullcontext(not os.path.exists(run_dir))) as created:
+        return _train(config, run_dir, created, callbacks, verbose)
+
+
+def _train(config, run_dir, created, callbacks, verbose):
+    """`train` once the run directory is this process's (`created`: by this call)."""
     strategy = distribution.choose_strategy(config.train.devices)
-    created = not os.path.exists(run_dir)
     try:
         splits = _read_corpus(config.data)
         config, tokenizer = prepare_run_dir(config, run_dir, splits["train"])
@@ -232,7 +241,7 @@ def prepare_run_dir(config, run_dir, train_text):
         tokenizer = tokenizer_lib.train_tokenizer(lines, config.model.vocabulary_size)
         if distribution.is_chief():
             os.makedirs(run_dir, exist_ok=True)
-            partial = tokenizer_dir + ".partial"
+            partial = os.path.join(run_dir, files.partial_name(files.TOKENIZER))
             shutil.rmtree(partial, ignore_errors=True)
             tokenizer.save(partial)
             os.replace(partial, tokenizer_dir)

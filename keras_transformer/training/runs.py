@@ -6,8 +6,13 @@ Export and evaluation need nothing but this directory. `load_ensemble` loads sev
 runs trained with one tokenizer as one `decoding.ensemble.Ensemble`.
 """
 
+import contextlib
 import dataclasses
+import datetime
+import json
 import os
+import socket
+import sys
 
 from keras_transformer import config as config_lib
 from keras_transformer import files
@@ -154,3 +159,75 @@ def load_ensemble(run_dirs, weights=None):
     loaded = [load_run(run_dir, path) for run_dir, path in zip(run_dirs, weight_paths)]
     config, tokenizer, _ = loaded[0]
     return config, tokenizer, Ensemble(model for _, _, model in loaded), weight_paths
+
+
+class RunDirectoryInUseError(RuntimeError):
+    """Another process trains in the run directory; the message names it."""
+
+
+_held_locks = {}  # real path of a lock file -> [open file, depth, created], this process's
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir):
+    """Holds the run directory's lock while the block runs: one training at a time.
+
+    Two trainings in one directory would write one another's checkpoints, backup and
+    logs. The lock is an `flock` on `RUN_DIR/train.lock`, which the system releases
+    when its process ends, however it ends: a lock left by a process killed with
+    SIGKILL is free again at once. The file names the holder (process id, machine,
+    command, start time) for the message of the next process that tries. Re-entrant in
+    one process (the recipe holds it around training).
+
+    Creates `run_dir` when it is missing and yields whether it did (for the outermost
+    hold, also to inner ones), so that the caller may remove what it created.
+
+    Raises:
+        RunDirectoryInUseError: another process holds the lock.
+    """
+    import fcntl  # here: POSIX only, and only training needs it
+
+    created = not os.path.exists(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.realpath(os.path.join(run_dir, files.LOCK))
+    held = _held_locks.get(path)
+    if held is not None:
+        held[1] += 1
+        try:
+            yield held[2]
+        finally:
+            held[1] -= 1
+        return
+    file = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.seek(0)
+        holder = _describe_holder(file.read())
+        file.close()
+        raise RunDirectoryInUseError(
+            f"{run_dir} is in use: {holder} trains there. Wait for it to finish (or "
+            "stop it), or train into another --run-dir.") from None
+    file.seek(0)
+    file.truncate()
+    file.write(json.dumps({
+        "pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv),
+        "since": datetime.datetime.now().isoformat(timespec="seconds")}) + "\n")
+    file.flush()
+    _held_locks[path] = [file, 1, created]
+    try:
+        yield created
+    finally:
+        del _held_locks[path]
+        file.truncate(0)
+        file.close()  # releases the lock
+
+
+def _describe_holder(text):
+    """`process 123 on host (command, since 2026-12-03T07:20:00)`, from a lock file."""
+    try:
+        holder = json.loads(text)
+        return (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since "
+                f"{holder['since']})")
+    except (ValueError, KeyError, TypeError):
+        return "another process"
