@@ -16,7 +16,7 @@ The run directory (what training writes, `training.run_dir` reads back):
       training_record.json    what training took, once it finished (`recipe`)
       recipe.json             everything `recipe` measured
       translations/           the translations `recipe` scored, <split>.<decoder>.<language>
-      train.lock              held by the one process training here (`runs.lock_run_dir`)
+      train.lock              while a process trains here: who (`runs.lock_run_dir`)
 
 The backup directory (`training.backup`; Keras's `BackupAndRestore` names its files):
 

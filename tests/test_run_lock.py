@@ -72,7 +72,8 @@ def test_the_lock_is_reentrant_in_its_process_and_refused_to_others(tmp_path):
                                input="", capture_output=True, text=True)
         assert other.returncode != 0
         assert f"in use: process {os.getpid()} on " in other.stderr
-    with runs.lock_run_dir(run_dir):  # released at the end of the block
+    assert not (run_dir / files.LOCK).exists()  # released and removed with the block
+    with runs.lock_run_dir(run_dir):
         pass
 
 

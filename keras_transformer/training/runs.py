@@ -175,7 +175,7 @@ def lock_run_dir(run_dir):
     Two trainings in one directory would write one another's checkpoints, backup and
     logs. The lock is an `flock` on `RUN_DIR/train.lock`, which the system releases
     when its process ends, however it ends: a lock left by a process killed with
-    SIGKILL is free again at once. The file names the holder (process id, machine,
+    SIGKILL is free again at once. The file is removed when the block ends. The file names the holder (process id, machine,
     command, start time) for the message of the next process that tries. Re-entrant in
     one process (the recipe holds it around training).
 
@@ -219,7 +219,11 @@ def lock_run_dir(run_dir):
         yield created
     finally:
         del _held_locks[path]
-        file.truncate(0)
+        # Removed while still held, so that a finished run leaves nothing behind: a
+        # process that opened the file before cannot have locked it, and one that
+        # opens it after makes a new one. (A killed process leaves its file, unlocked.)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
         file.close()  # releases the lock
 
 
