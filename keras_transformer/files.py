@@ -24,15 +24,17 @@ The backup directory (`training.backup`; Keras's `BackupAndRestore` names its fi
     training_metadata.json    the epoch
     (each with a .bkp copy of the backup before)
 
-The export directory (`serving.export`):
+The export directory (`serving.export`), written whole or not at all, every file
+carrying the export's id (`serving.export_folder`):
 
-    saved_model/                      signatures serving_default (greedy), beam_search
+    saved_model/                      signatures serving_default (greedy), beam_search;
+                                      export_id, the id
     translator.tflite                 the same signatures: TFLite builtins + tf-text ops
     translator_dynamic_range.tflite   the same with int8 weights
     tokenizer.model                   the SentencePiece model inside them (token counts)
     ctranslate2/, ctranslate2_int8/   with `--ctranslate2`: CTranslate2 models (float32,
                                       int8), each with tokenizer.model, translator.json
-    export_report.json, .md           versions, config, sizes, op lists
+    export_report.json, .md           the export id, versions, config, sizes, op lists
     check_report.json                 the self-check's table (`export --check`)
 
 Every signature maps `sentences: string[B]` to `translations`, `token_ids` and `scores`;

@@ -78,7 +78,6 @@ def tiny_export(directory):
                                     num_layers=1)
     translator = Translator(model, tokenizer)
     report = export.export_translator(translator, str(directory), quantize=True)
-    export.write_report(str(directory), report)
     return types.SimpleNamespace(
         translator=translator, directory=str(directory), report=report,
         saved_model=str(directory / files.SAVED_MODEL),

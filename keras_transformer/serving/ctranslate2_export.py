@@ -103,7 +103,7 @@ class _SpecConverter(ctranslate2.converters.Converter):
         return self._spec
 
 
-def export_ctranslate2(translator, export_dir):
+def export_ctranslate2(translator, export_dir, export_id=None):
     """Writes the float32 and int8 CTranslate2 directories of `translator`'s model.
 
     Args:
@@ -111,6 +111,7 @@ def export_ctranslate2(translator, export_dir):
             tokenizer and options).
         export_dir: str. The export directory; `ctranslate2/` and `ctranslate2_int8/`
             are written (replaced) inside it.
+        export_id: str or `None`. The export's id, recorded in each `translator.json`.
 
     Returns:
         The report entry (a JSON-ready dict) of the two directories.
@@ -133,7 +134,7 @@ def export_ctranslate2(translator, export_dir):
         files.write_bytes(os.path.join(partial, files.TOKENIZER_MODEL),
                           translator.tokenizer.model_proto)
         files.write_text(os.path.join(partial, files.CTRANSLATE2_OPTIONS),
-                         json.dumps(options, indent=2) + "\n")
+                         json.dumps({**options, "export_id": export_id}, indent=2) + "\n")
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.replace(partial, directory)

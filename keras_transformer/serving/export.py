@@ -5,7 +5,8 @@
 
 The export directory's layout is in `keras_transformer.files`. Every op of every
 artifact is listed and checked (`op_checks`): an op that TF Serving or LiteRT would not
-have fails the export before anything is shipped.
+have fails the export before anything is shipped. An export is all or nothing, every
+file of it carrying one export id (`export_folder`).
 """
 
 import datetime
@@ -27,45 +28,75 @@ from keras_transformer.files import (
     TFLITE,
     TFLITE_QUANTIZED,
 )
-from keras_transformer.serving import op_checks
+from keras_transformer.serving import export_folder, op_checks
 from keras_transformer.serving import translator as translator_lib
 from keras_transformer.training import runs
 
 
-def export_translator(translator, directory, *, quantize=True, ctranslate2=False):
-    """Writes the SavedModel and TFLite files of `translator` into `directory`.
+def export_translator(translator, directory, *, quantize=True, ctranslate2=False, run=None):
+    """Writes the SavedModel, TFLite files and report of `translator` into `directory`.
+
+    All or nothing: the export is written into a folder of its own beside `directory`
+    and moved into place once complete (`export_folder`), so `directory` holds the
+    previous export until then, whatever interrupts this one. Every artifact carries
+    one export id, which the report records.
 
     Args:
         translator: `translator.Translator` of the trained model.
-        directory: str. Output directory (created; artifacts in it are replaced).
+        directory: str. Output directory: new, empty, or an earlier export (replaced).
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
         ctranslate2: bool. Also write CTranslate2 model directories, float32 and int8
             (`ctranslate2_export`; needs the `ctranslate2` extra).
+        run: JSON-ready dict or `None`. What was exported, recorded as the report's
+            `run` (see `export_run`).
 
     Returns:
-        The report (a JSON-ready dict) of what was written; not yet saved.
+        The report (a JSON-ready dict), as written to `export_report.json` and `.md`.
 
     Raises:
         op_checks.UnsupportedOpsError: an artifact needs ops its runtime lacks
-            (nothing of that artifact is left in `directory`).
+            (`directory` is left as it was).
+        ValueError: `directory` holds files that are not an export.
     """
-    # Checked first: a missing extra should not cost a whole export.
+    # Checked first: a missing extra or a wrong folder should not cost a whole export.
     ctranslate2_export = _ctranslate2_export() if ctranslate2 else None
-    os.makedirs(directory, exist_ok=True)
+    _check_replaceable(directory)
+    staged = export_folder.staging_folder(directory)
+    try:
+        report = _write_artifacts(translator, staged, export_folder.new_export_id(),
+                                  quantize, ctranslate2_export)
+        if run is not None:
+            report["run"] = run
+        write_report(staged, report)
+        export_folder.publish(staged, directory)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)  # what is left of a failed export
+    return report
+
+
+def _check_replaceable(directory):
+    """Refuses to replace a folder that is neither empty nor an earlier export."""
+    if (os.path.isdir(directory) and os.listdir(directory)
+            and not os.path.isfile(os.path.join(directory, REPORT_JSON))):
+        raise ValueError(f"{directory} holds files that are not an export, which exporting "
+                         "there would replace: name a new or empty folder, or an earlier "
+                         "export's.")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"{directory} is a file: name a folder to export into.")
+
+
+def _write_artifacts(translator, directory, export_id, quantize, ctranslate2_export):
+    """Writes every artifact into the empty `directory`; returns the report."""
     # The tokenizer inside the artifacts, for who counts tokens without them.
-    files.write_bytes(os.path.join(directory, files.TOKENIZER_MODEL),
-                      translator.tokenizer.model_proto)
+    tokenizer_path = os.path.join(directory, files.TOKENIZER_MODEL)
+    files.write_bytes(tokenizer_path, translator.tokenizer.model_proto)
     saved_model_dir = os.path.join(directory, SAVED_MODEL)
-    if os.path.exists(saved_model_dir):
-        shutil.rmtree(saved_model_dir)
     translator_lib.save_saved_model(translator, saved_model_dir)
     ops = op_checks.saved_model_ops(saved_model_dir)
-    try:
-        tf_text_ops = op_checks.check_saved_model_ops(ops)
-    except op_checks.UnsupportedOpsError:
-        shutil.rmtree(saved_model_dir)
-        raise
+    tf_text_ops = op_checks.check_saved_model_ops(ops)
+    export_folder.write_saved_model_id(saved_model_dir, export_id)
     report = {
+        "export_id": export_id,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
         "translator": {"max_source_length": translator.model.max_length,
@@ -74,6 +105,7 @@ def export_translator(translator, directory, *, quantize=True, ctranslate2=False
                        "beam_size": translator.beam_size,
                        "length_penalty": translator.length_penalty,
                        "vocabulary_size": translator.tokenizer.vocabulary_size},
+        "tokenizer_sha256": export_folder.sha256(tokenizer_path),
         "saved_model": {"path": SAVED_MODEL, "bytes": _size(saved_model_dir),
                         "signatures": {files.GREEDY_SIGNATURE: "greedy",
                                        files.BEAM_SIGNATURE: "beam search"},
@@ -84,9 +116,10 @@ def export_translator(translator, directory, *, quantize=True, ctranslate2=False
         if quantized and not quantize:
             continue
         report[key] = _export_tflite(translator, os.path.join(directory, name),
-                                     quantized)
+                                     quantized, export_id)
     if ctranslate2_export is not None:
-        report["ctranslate2"] = ctranslate2_export.export_ctranslate2(translator, directory)
+        report["ctranslate2"] = ctranslate2_export.export_ctranslate2(
+            translator, directory, export_id=export_id)
         report["versions"]["ctranslate2"] = importlib.metadata.version("ctranslate2")
     return report
 
@@ -102,11 +135,12 @@ def _ctranslate2_export():
     return ctranslate2_export
 
 
-def _export_tflite(translator, path, quantize):
+def _export_tflite(translator, path, quantize, export_id):
     """Converts, checks and writes one TFLite file; returns its report entry."""
     content = translator_lib.convert_to_tflite(translator, quantize=quantize)
     ops = op_checks.tflite_ops(content)
     custom_ops = op_checks.check_tflite_ops(ops)
+    content = export_folder.stamp_tflite(content, export_id)
     with open(path, "wb") as file:
         file.write(content)
     return {"path": os.path.basename(path), "bytes": len(content),
@@ -143,16 +177,14 @@ def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensembl
         weight_paths = [runs.find_weights(run_dir, weights)]
     output_dir = output_dir or os.path.join(run_dir, files.EXPORT_DIR)
     translator = translator_lib.Translator(model, tokenizer, **translator_options)
-    report = export_translator(translator, output_dir, quantize=quantize,
-                               ctranslate2=ctranslate2)
-    report["run"] = {"run_dir": os.path.abspath(run_dir),
-                     "weights": os.path.abspath(weight_paths[0]),
-                     "config": json.loads(config.to_json())}
+    run = {"run_dir": os.path.abspath(run_dir), "weights": os.path.abspath(weight_paths[0]),
+           "config": json.loads(config.to_json())}
     if ensemble:
-        report["run"]["ensemble"] = [
+        run["ensemble"] = [
             {"run_dir": os.path.abspath(member), "weights": os.path.abspath(path)}
             for member, path in zip(ensemble, weight_paths[1:])]
-    write_report(output_dir, report)
+    report = export_translator(translator, output_dir, quantize=quantize,
+                               ctranslate2=ctranslate2, run=run)
     return output_dir, report
 
 
@@ -166,7 +198,8 @@ def write_report(directory, report):
 def report_markdown(report):
     """Returns the report as Markdown: artifacts, sizes, versions and ops."""
     versions = report["versions"]
-    lines = ["# Export report", "", f"Created {report['created']} with "
+    lines = ["# Export report", "", f"Export {report.get('export_id', '(no id)')}, "
+             f"created {report['created']} with "
              + ", ".join(f"{name} {version}" for name, version in versions.items()) + ".",
              "", "| artifact | size | notes |", "|---|---|---|"]
     saved_model = report["saved_model"]

@@ -37,6 +37,7 @@ import numpy as np
 
 from keras_transformer import files
 from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
+from keras_transformer.serving import export_folder
 
 logger = logging.getLogger(__name__)
 
@@ -359,7 +360,12 @@ def open_runner(path, beam=False, session=False, threads=None):
         beam: bool. Use the beam-search signature.
         session: bool. Load the SavedModel with the session-based loader.
         threads: int or `None` (each runtime's default here). Threads of the runtime.
+
+    Raises:
+        export_folder.ExportMismatchError: the artifact lies in an export folder whose
+            files come from different exports.
     """
+    export_folder.check_consistent(export_folder.export_folder_of(path))
     signature = BEAM_SIGNATURE if beam else GREEDY_SIGNATURE
     if os.fspath(path).endswith(".tflite"):
         return TFLiteRunner(path, signature, threads=threads)
@@ -404,6 +410,7 @@ def resolve_artifact(path, *, export_if_missing=False, verbose=True):
             f"{path!r} is neither a SavedModel directory (with saved_model.pb), a .tflite "
             f"file, a CTranslate2 directory (with {files.CTRANSLATE2_MODEL} and "
             f"{files.CTRANSLATE2_OPTIONS}) nor a run directory (with config.json).")
+    export_folder.recover(os.path.join(path, files.EXPORT_DIR))
     saved_model = run_saved_model(path)
     if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
         return saved_model

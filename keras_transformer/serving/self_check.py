@@ -25,7 +25,7 @@ from keras_transformer.data import corpus
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, PAD_ID
 from keras_transformer.decoding.ensemble import Ensemble
-from keras_transformer.serving import runners
+from keras_transformer.serving import export_folder, runners
 from keras_transformer.serving.translator import Translator
 from keras_transformer.training import runs
 
@@ -228,9 +228,12 @@ def translator_options(export_dir):
 
 
 def write_check_report(export_dir, checks):
-    """Writes `check_report.json` beside the artifacts."""
-    files.write_text(os.path.join(export_dir, files.CHECK_REPORT),
-                     json.dumps([check._asdict() for check in checks], indent=2) + "\n")
+    """Writes `check_report.json` beside the artifacts, with the id of their export."""
+    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
+        export_id = json.load(file).get("export_id")
+    files.write_text(os.path.join(export_dir, files.CHECK_REPORT), json.dumps(
+        {"export_id": export_id, "checks": [check._asdict() for check in checks]},
+        indent=2) + "\n")
 
 
 def check_sentences(config, sentences_file=None, count=100):
@@ -245,6 +248,7 @@ def check_sentences(config, sentences_file=None, count=100):
 def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
     """Runs every check on the export of `run_dir`; returns the list of `Check`s."""
     export_dir = export_dir or os.path.join(run_dir, files.EXPORT_DIR)
+    export_folder.check_consistent(export_dir)
     with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
         recorded = json.load(file).get("run", {})
     config, tokenizer, model = runs.load_run(run_dir, recorded.get("weights"))

@@ -175,9 +175,10 @@ def lock_run_dir(run_dir):
     Two trainings in one directory would write one another's checkpoints, backup and
     logs. The lock is an `flock` on `RUN_DIR/train.lock`, which the system releases
     when its process ends, however it ends: a lock left by a process killed with
-    SIGKILL is free again at once. The file is removed when the block ends. The file names the holder (process id, machine,
-    command, start time) for the message of the next process that tries. Re-entrant in
-    one process (the recipe holds it around training).
+    SIGKILL is free again at once. The file names the holder (process id, machine,
+    command, start time) for the message of the next process that tries, and is
+    removed when the block ends. Re-entrant in one process (the recipe holds it around
+    training).
 
     Creates `run_dir` when it is missing and yields whether it did (for the outermost
     hold, also to inner ones), so that the caller may remove what it created.
