@@ -65,10 +65,9 @@ def main(argv=None):
         args = verb_parsers[argv[0]].parse_intermixed_args(leading + argv[1:])
     except SystemExit as exit:  # --help (0) or a usage error (2), already printed
         return exit.code
-    _set_up_output(args.verbose)
     quiet = contextlib.nullcontext() if args.verbose else _native_stderr_filtered()
     try:
-        with quiet:
+        with _console(args.verbose), quiet:
             return args.handler(args) or 0
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -124,15 +123,39 @@ class _StderrHandler(logging.StreamHandler):
         pass  # always sys.stderr
 
 
-def _set_up_output(verbose):
-    """Shows the package's log messages on stderr; quiets TensorFlow unless `verbose`."""
+@contextlib.contextmanager
+def _console(verbose):
+    """The command's log output: every message once, on stderr, in the package's format.
+
+    The root logger's handlers are the command's, set before TensorFlow loads: absl's
+    first message (`tf.saved_model.save` sends one) runs `logging.basicConfig()` on a
+    root logger without handlers, and TensorFlow gives its logger a handler of its own
+    in that case too, which printed every later message of the package a second time
+    (`INFO:keras_transformer.recipe:…`). The package's messages go to the command's
+    handler alone (`propagate=False`), so that a handler a library adds to the root
+    later changes nothing they show. Other libraries' messages show from warnings on,
+    from INFO with `verbose` (TensorFlow's own lines, C++ start-up lines aside: see
+    `_native_stderr_filtered`). Everything is put back when the command ends, for a
+    process that runs it in-process (tests, notebooks).
+    """
     if not verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(_MessageFormatter("%(message)s"))
-        logger.addHandler(handler)
+    handler = _StderrHandler()
+    handler.setFormatter(_MessageFormatter("%(message)s"))
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logger.handlers[:], logger.level,
+             logger.propagate)
+    root.handlers = [handler]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    logger.handlers = [handler]
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        root.handlers, level, logger.handlers, logger_level, logger.propagate = saved
+        root.setLevel(level)
+        logger.setLevel(logger_level)
 
 
 def _load_tensorflow(verbose):
@@ -482,8 +505,9 @@ def _print_checks(run_dir, **options):
     from keras_transformer.serving import self_check
     checks = self_check.check_run(run_dir, **options)
     print(self_check.format_table(checks))
+    export_dir = options.get("export_dir") or os.path.join(run_dir, files.EXPORT_DIR)
+    print(f"\n{self_check.summary(checks, export_dir)}")
     self_check.raise_on_failure(checks)
-    print("\nAll checks passed.")
 
 
 # --- translate, evaluate ---------------------------------------------------------------

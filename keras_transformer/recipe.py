@@ -85,6 +85,8 @@ def _run_recipe(config, run_dir, choices, check, batch_size):
     validation = corpus.load_split(config.data, "validation", filter_pairs=False,
                                    verbose=False)
     selection = choose_on_validation(run_dir, validation, choices)
+    logger.info("Exporting %s with beam %d, α %g", selection["weights"],
+                selection["beam_size"], selection["length_penalty"])
     export_dir, _ = export.export_run(
         run_dir, weights=selection["weights_path"], quantize=check,
         beam_size=selection["beam_size"], length_penalty=selection["length_penalty"])
@@ -93,7 +95,10 @@ def _run_recipe(config, run_dir, choices, check, batch_size):
     if check:
         checks = self_check.check_run(run_dir, export_dir=export_dir)
         result["check"] = [check._asdict() for check in checks]
+        logger.info("%s", self_check.summary(checks, export_dir))
         self_check.raise_on_failure(checks)
+    else:
+        logger.info("Exported to %s (no self-check: --no-check)", export_dir)
     saved_model = os.path.join(export_dir, files.SAVED_MODEL)
     translations_dir = os.path.join(run_dir, files.TRANSLATIONS)
     os.makedirs(translations_dir, exist_ok=True)
@@ -173,11 +178,15 @@ def choose_on_validation(run_dir, validation, choices):
                        length_penalty=files.PAPER_LENGTH_PENALTY, jit_compile=True)
     weights_scores = {}
     candidates = candidate_weights(run_dir, choices)
+    decoders = [(beam_size, alpha) for beam_size in choices.beam_sizes
+                for alpha in choices.length_penalties
+                if (beam_size, alpha) != (files.PAPER_BEAM_SIZE, files.PAPER_LENGTH_PENALTY)]
+    progress = _Progress(len(candidates) + len(decoders))
     for name, paths in candidates.items():
         averaging.average_weights(model, paths)  # in place: the translator's graph stays
         weights_scores[name] = bleu(paper)
-        logger.info("validation BLEU %.2f: %s (beam %d, α %g)", weights_scores[name], name,
-                    files.PAPER_BEAM_SIZE, files.PAPER_LENGTH_PENALTY)
+        progress.done(weights_scores[name], f"{name}, beam {files.PAPER_BEAM_SIZE}, α "
+                                            f"{files.PAPER_LENGTH_PENALTY:g}")
     chosen = max(weights_scores, key=weights_scores.get)
     averaging.average_weights(model, candidates[chosen])
     decoder_scores = {}
@@ -188,9 +197,8 @@ def choose_on_validation(run_dir, validation, choices):
             else:
                 score = bleu(Translator(model, tokenizer, beam_size=beam_size,
                                         length_penalty=alpha, jit_compile=True))
+                progress.done(score, f"{chosen}, beam {beam_size}, α {alpha:g}")
             decoder_scores[f"beam {beam_size}, α {alpha:g}"] = score
-            logger.info("validation BLEU %.2f: %s, beam %d, α %g", score, chosen,
-                        beam_size, alpha)
     best_decoder = max(decoder_scores, key=decoder_scores.get)
     beam_size, alpha = next((b, a) for b in choices.beam_sizes
                             for a in choices.length_penalties
@@ -205,6 +213,24 @@ def choose_on_validation(run_dir, validation, choices):
             "decoder_scores": decoder_scores, "weights": chosen,
             "weights_path": weights_path, "beam_size": beam_size, "length_penalty": alpha,
             "bleu": decoder_scores[best_decoder]}
+
+
+class _Progress:
+    """Logs each candidate scored on validation: which of how many, and the time left at
+    the rate so far (the first candidate, which traces the decoder, makes it high)."""
+
+    def __init__(self, total):
+        self.total = total
+        self.count = 0
+        self.start = time.monotonic()
+
+    def done(self, score, candidate):
+        self.count += 1
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.count * (self.total - self.count)
+        logger.info("Choosing on validation %d/%d: BLEU %.2f, %s (%s left)", self.count,
+                    self.total, score, candidate,
+                    f"{left / 60:.1f} min" if left >= 60 else f"{left:.0f} s")
 
 
 def score_test_splits(config, saved_model, translations_dir, batch_size=64):
@@ -240,7 +266,8 @@ def score_splits(config, saved_model, splits, decoders, translations_dir, batch_
                 output=os.path.join(translations_dir,
                                     f"{split}.{decoder}.{config.data.target_language}"))
             scores.update(artifact=saved_model, beam=beam)
-            logger.info("%s", evaluation.format_scores(scores))
+            for line in evaluation.format_scores(scores).splitlines():
+                logger.info("%s, %s: %s", split, decoder, line)
             results.setdefault(split, {})[decoder] = scores
     return results
 

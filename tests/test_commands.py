@@ -3,6 +3,7 @@ data, translators loaded from Python, and a failed download explained."""
 
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -148,6 +149,47 @@ def test_the_main_job_trains_chooses_exports_checks_and_scores_every_test_split(
     noise = [line for line in result.stderr.splitlines() if "I0000" in line
              or "absl::InitializeLog" in line or "cuInit" in line]
     assert noise == []
+
+
+def test_the_main_jobs_console_shows_each_message_once_in_the_commands_format(main_job):
+    # absl's first message (from tf.saved_model.save) used to add a handler to the root
+    # logger, after which every message came twice, the second `INFO:logger.name:...`.
+    run_dir, result = main_job
+    assert result.returncode == 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    repeated = sorted({line for line in lines if lines.count(line) > 1})
+    assert repeated == []
+    assert [line for line in lines
+            if re.match(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:", line)] == []
+    # The export and its self-check, in one line each; the choice's progress.
+    export = run_dir / files.EXPORT_DIR
+    assert any(line.startswith("Exporting ") and "with beam 4, α " in line
+               for line in lines), lines
+    assert (f"Exported SavedModel, .tflite, int8 .tflite: self-check 10/10 passed "
+            f"({export / files.CHECK_REPORT})") in lines
+    progress = [re.match(r"Choosing on validation (\d+)/(\d+): BLEU .* \(.* left\)$", line)
+                for line in lines if line.startswith("Choosing on validation ")]
+    total = int(progress[0].group(2))
+    assert [(int(match.group(1)), int(match.group(2))) for match in progress] == [
+        (i, total) for i in range(1, total + 1)]
+
+
+def test_a_failing_self_check_names_itself_and_its_report(main_job, capsys, monkeypatch):
+    from keras_transformer.serving import self_check
+    run_dir, result = main_job
+    assert result.returncode == 0
+    model_checks = self_check.model_checks
+    monkeypatch.setattr(self_check, "model_checks", lambda *args, **kwargs: [
+        *model_checks(*args, **kwargs),
+        self_check.Check("planted: SavedModel = nothing", False, "planted")])
+    status = cli.main(["check", str(run_dir)])
+    output = capsys.readouterr()
+    assert status == 1
+    report = run_dir / files.EXPORT_DIR / files.CHECK_REPORT
+    assert (f"Exported SavedModel, .tflite, int8 .tflite: self-check failed 1 of 11: "
+            f"planted: SavedModel = nothing ({report})") in output.out.splitlines()
+    errors = [line for line in output.err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "planted: SavedModel = nothing" in errors[0]
 
 
 # Run alone, a test of the main job's run pays for the main_job fixture (up to 900 s).

@@ -209,6 +209,27 @@ def raise_on_failure(checks):
                               "(the table above, or check_report.json beside the export).")
 
 
+def summary(checks, export_dir):
+    """One line on the export in `export_dir` and what its self-check found.
+
+    `Exported SavedModel, .tflite, int8 .tflite: self-check 10/10 passed (…json)`, or
+    `…: self-check failed 2 of 10: NAME, NAME (…json)`; informational rows not counted.
+    """
+    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
+        report = json.load(file)
+    names = [name for key, name in (("saved_model", "SavedModel"), ("tflite", ".tflite"),
+                                    ("tflite_dynamic_range", "int8 .tflite"))
+             if key in report]
+    if files.CTRANSLATE2 in report.get("ctranslate2", {}):
+        names.append("CTranslate2 float32 and int8")
+    counted = [check for check in checks if check.passed is not None]
+    failed = [check.name for check in counted if not check.passed]
+    where = os.path.join(export_dir, files.CHECK_REPORT)
+    found = (f"self-check failed {len(failed)} of {len(counted)}: {', '.join(failed)}"
+             if failed else f"self-check {len(counted)}/{len(counted)} passed")
+    return f"Exported {', '.join(names)}: {found} ({where})"
+
+
 def format_table(checks):
     """Returns the checks as an aligned text table with a PASS/FAIL/INFO column."""
     width = max(len(check.name) for check in checks)
