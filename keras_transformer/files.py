@@ -118,13 +118,14 @@ def is_ctranslate2_dir(path):
             and os.path.isfile(os.path.join(path, CTRANSLATE2_OPTIONS)))
 
 
-def partial_name(name):
-    """The temporary name under which this process writes `name` before renaming it.
+def partial_name(name, pid=None):
+    """The temporary name under which this process (or process `pid`) writes `name`
+    before renaming it.
 
     It carries the process id, so that two processes writing one file never write
     into each other's temporary file, and keeps the name's ending.
     """
-    return f"{PARTIAL_PREFIX}{os.getpid()}-{name}"
+    return f"{PARTIAL_PREFIX}{os.getpid() if pid is None else pid}-{name}"
 
 
 def is_stale_partial(name):

@@ -417,9 +417,11 @@ def kill_mid_epoch(runner):
         runner.start(pause_in_write=(name, 2))
         first_new = runner.backup_after(restored[0])
         in_progress = runner.paused_in_write()
+        writer = runner.process.pid
         runner.kill()
         record["events"].append({"restored": restored, "first_new_backup": first_new[0],
                                  "file": name, "killed_while_writing": in_progress,
+                                 "writer": writer,
                                  "after_kill": read_backup(runner.run_dir)})
     record["last_restored"] = read_backup(runner.run_dir)
     runner.start()
@@ -463,7 +465,8 @@ def test_kills_during_writes_never_leave_an_unreadable_backup(runs_killed):
     root, record = runs_killed
     assert [event["file"] for event in record["events"]] == list(KILLED_WRITES)
     for event in record["events"]:  # read_backup would have raised on a broken file
-        assert event["killed_while_writing"] == [files.PARTIAL_PREFIX + event["file"]]
+        assert event["killed_while_writing"] == [
+            files.partial_name(event["file"], pid=event["writer"])]
         # Killed in the restart's second backup: only the metadata's kill comes after the
         # newer weights' rename, and leaves the metadata of the backup before them.
         step, metadata = event["after_kill"]
