@@ -17,8 +17,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchmarks import common  # noqa: E402
+from keras_transformer import runs  # noqa: E402
 from keras_transformer.training import bleu as bleu_callback
-from keras_transformer.training import runs  # noqa: E402
 
 
 def parse_arguments(argv=None):

@@ -20,11 +20,11 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.data import corpus
 from keras_transformer.files import BEST_INFO, BEST_WEIGHTS  # noqa: E402
-from keras_transformer.serving import translator as serving  # noqa: E402
-from keras_transformer.training import averaging, callbacks, runs
+from keras_transformer.serving import translator as translator_lib  # noqa: E402
+from keras_transformer.training import averaging
 
 
 def parse_arguments(argv=None):
@@ -52,7 +52,7 @@ def weight_sets(run_dir, counts=None):
         FileNotFoundError: when the run has no checkpoints.
         ValueError: when a count is below 1 or above the number of checkpoints kept.
     """
-    checkpoints = callbacks.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
+    checkpoints = runs.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
     if not checkpoints:
         raise FileNotFoundError(f"No checkpoints in {run_dir}: train first.")
     counts = counts or range(1, len(checkpoints) + 1)
@@ -85,7 +85,7 @@ def main(argv=None):
                                             arguments.sentences)
     # One translator for every weight set: its compiled functions read the model's
     # variables at each call, so loading other weights into them needs no new trace.
-    translator = serving.Translator(model, tokenizer, beam_size=arguments.beam_size,
+    translator = translator_lib.Translator(model, tokenizer, beam_size=arguments.beam_size,
                                     length_penalty=arguments.length_penalty, jit_compile=True)
     rows = []
     for label, paths in sets:

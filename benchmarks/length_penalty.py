@@ -18,9 +18,9 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchmarks import common  # noqa: E402
+from keras_transformer import runs
 from keras_transformer.data import corpus
-from keras_transformer.serving import translator as serving  # noqa: E402
-from keras_transformer.training import runs
+from keras_transformer.serving import translator as translator_lib  # noqa: E402
 
 
 def parse_arguments(argv=None):
@@ -47,7 +47,7 @@ def main(argv=None):
                                             arguments.sentences)
     rows = []
     for alpha in arguments.alphas:
-        translator = serving.Translator(model, tokenizer, beam_size=arguments.beam_size,
+        translator = translator_lib.Translator(model, tokenizer, beam_size=arguments.beam_size,
                                         length_penalty=alpha, jit_compile=True)
         row = {"alpha": alpha, **common.score_beam_search(
             translator, sources, references, arguments.batch_size)}

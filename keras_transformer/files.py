@@ -1,7 +1,7 @@
 """Every name on disk and in the exported signatures, and how files are written: one home,
 importable without TensorFlow (the command's `--help` and a `.tflite` translator need them).
 
-The run directory (what training writes, `training.run_dir` reads back):
+The run directory (what training and the recipe write; `runs` reads it back):
 
     RUN_DIR/
       config.json             the full Config; model.vocabulary_size is the tokenizer's
@@ -14,6 +14,8 @@ The run directory (what training writes, `training.run_dir` reads back):
       averaged.weights.h5     the mean of the last checkpoints (+ averaged.json)
       export/                 what `export` writes (below)
       training_record.json    what training took, once it finished (`recipe`)
+      choice.json             weights, beam size and α chosen on validation (`recipe`):
+                              export, translate and evaluate use them by default
       recipe.json             everything `recipe` measured
       translations/           the translations `recipe` scored, <split>.<decoder>.<language>
       train.lock              while a process trains here: who (`runs.lock_run_dir`)
@@ -66,6 +68,7 @@ BEST_WEIGHTS = "best.weights.h5"  # in CHECKPOINTS
 BEST_INFO = "best.json"  # in CHECKPOINTS, beside BEST_WEIGHTS
 AVERAGED_RECORD = "averaged.json"  # beside AVERAGED_WEIGHTS: the checkpoints averaged
 TRAINING_RECORD = "training_record.json"  # what training took, once it finished
+CHOICE = "choice.json"  # what was chosen on validation (`runs.Choice`)
 RECIPE_RESULT = "recipe.json"  # everything `recipe.run_recipe` measured
 TRANSLATIONS = "translations"  # the translations `recipe.run_recipe` scored
 LOCK = "train.lock"  # who trains here: one process at a time (`runs.lock_run_dir`)

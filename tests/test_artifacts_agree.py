@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import PAD_ID, add_start_end
 from keras_transformer.serving import export, runners, self_check
 from keras_transformer.serving.translator import Translator
-from keras_transformer.training import fit, runs
+from keras_transformer.training import fit
 from tests.export_helpers import CORPUS
 
 STEPS = 1200

@@ -8,10 +8,9 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import cli, files
+from keras_transformer import cli, files, runs
 from keras_transformer import config as config_lib
-from keras_transformer.training import averaging, runs
-from keras_transformer.training.callbacks import list_checkpoints
+from keras_transformer.training import averaging
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def test_average_of_the_last_checkpoints_is_their_mean(run_with_checkpoints):
 
 def test_checkpoints_are_ordered_by_step_not_by_name_length(run_with_checkpoints):
     run_dir, _, _ = run_with_checkpoints
-    names = [os.path.basename(path) for path in list_checkpoints(run_dir / files.CHECKPOINTS)]
+    names = [os.path.basename(path) for path in runs.list_checkpoints(run_dir / files.CHECKPOINTS)]
     assert names == [f"step-{step:08d}.weights.h5" for step in (20, 40, 60, 100)]
 
 
@@ -94,7 +93,7 @@ def test_no_checkpoints_is_an_error(tmp_path):
 
 def test_a_truncated_checkpoint_is_named_in_the_error(run_with_checkpoints, capsys):
     run_dir, _, _ = run_with_checkpoints
-    damaged = list_checkpoints(run_dir / files.CHECKPOINTS)[-2]
+    damaged = runs.list_checkpoints(run_dir / files.CHECKPOINTS)[-2]
     with open(damaged, "r+b") as file:
         file.truncate(os.path.getsize(damaged) // 2)
     assert cli.main(["average", str(run_dir), "--last", "3"]) == 2

@@ -25,8 +25,8 @@ REPLICA_SCRIPT = textwrap.dedent("""
     import keras
     import numpy as np
     from keras_transformer import config as config_lib
-    from keras_transformer.training import runs
-    from keras_transformer.training import fit as training
+    from keras_transformer import runs
+    from keras_transformer.training import fit
 
     config = config_lib.override(config_lib.preset_config("tiny"), ["dropout=0.0"])
     rng = np.random.default_rng(0)
@@ -43,7 +43,7 @@ REPLICA_SCRIPT = textwrap.dedent("""
         with strategy.scope():
             model = runs.build_model(config)
             model.set_weights(initial)
-            training.compile_model(model, config.train,
+            fit.compile_model(model, config.train,
                                    optimizer=keras.optimizers.SGD(learning_rate=1.0))
         history = model.fit(dataset, epochs=1, verbose=0, shuffle=False,
                             callbacks=[keras.callbacks.LambdaCallback(

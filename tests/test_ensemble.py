@@ -7,16 +7,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer, cli, decoding, files
+from keras_transformer import Transformer, cli, decoding, files, runs
 from keras_transformer import config as config_lib
 from keras_transformer.data import corpus
 from keras_transformer.decoding.ensemble import Ensemble
+from keras_transformer.runs import TokenizerMismatchError, load_ensemble
 from keras_transformer.serving import export as exporting
 from keras_transformer.serving import runners, self_check
-from keras_transformer.serving import translator as serving
-from keras_transformer.training import fit as training
-from keras_transformer.training import runs
-from keras_transformer.training.runs import TokenizerMismatchError, load_ensemble
+from keras_transformer.serving import translator as translator_lib
+from keras_transformer.training import fit
 from tests.export_helpers import validation_sentences
 from tests.numerics import assert_close_in_ulps
 from tests.test_decoding import END, PrefixTreeModel, padded
@@ -116,7 +115,7 @@ def run_dirs(tmp_path_factory, fixture_corpus_dir):
             f"data_dir={fixture_corpus_dir}", "num_layers=1",
             f"vocabulary_size={vocabulary}"])
         train_text = corpus.load_split(config.data, "train", verbose=False)
-        config, _ = training.prepare_run_dir(config, str(root / name), train_text)
+        config, _ = fit.prepare_run_dir(config, str(root / name), train_text)
         keras.utils.set_random_seed(seed)
         runs.build_model(config).save_weights(str(root / name / files.FINAL_WEIGHTS))
         made[name] = str(root / name)
@@ -147,7 +146,7 @@ def test_the_exported_ensemble_translates_as_the_ensemble_in_memory(run_dirs, tm
     _, tokenizer, ensemble, _ = load_ensemble([run_dirs["a"], run_dirs["b"]], "final")
     sentences = list(validation_sentences())[:8]
     in_memory = decoding.decode_function(decoding.greedy_decode, ensemble, max_length=16)
-    source_ids = serving.Translator(ensemble, tokenizer).source_ids(
+    source_ids = translator_lib.Translator(ensemble, tokenizer).source_ids(
         tf.constant(runners.encode_sentences(sentences)))
     saved = runners.SavedModelRunner(f"{output_dir}/{files.SAVED_MODEL}")(sentences)
     expected = in_memory(source_ids).ids.numpy()

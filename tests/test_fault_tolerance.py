@@ -21,11 +21,10 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.training import backup as backup_lib
 from keras_transformer.training import callbacks as callbacks_lib
-from keras_transformer.training import fit as training
-from keras_transformer.training import runs
+from keras_transformer.training import fit
 from tests.conftest import REPOSITORY, fixture_corpus
 
 
@@ -194,7 +193,7 @@ def tiny_config(data_dir, *overrides):
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
         tmp_path, fixture_corpus_dir, monkeypatch):
     """A batch whose loss weights are infinite (a broken data stage) poisons update 4."""
-    make_datasets = training.make_datasets
+    make_datasets = fit.make_datasets
 
     def poisoned_datasets(config, tokenizer, splits, position, **options):
         train_data, validation_data, steps = make_datasets(config, tokenizer, splits,
@@ -207,16 +206,16 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(
 
         return train_data.enumerate().map(poison), validation_data, steps
 
-    monkeypatch.setattr(training, "make_datasets", poisoned_datasets)
+    monkeypatch.setattr(fit, "make_datasets", poisoned_datasets)
     run_dir = str(tmp_path / "run")
     with pytest.raises(callbacks_lib.NonFiniteLossError) as raised:
-        training.train(tiny_config(fixture_corpus_dir), run_dir, verbose=0)
+        fit.train(tiny_config(fixture_corpus_dir), run_dir, verbose=0)
     newest = os.path.join(run_dir, files.CHECKPOINTS, "step-00000002.weights.h5")
     assert "weight update 4: the loss is nan" in str(raised.value)
     assert newest in str(raised.value)
 
     # Nothing of update 4 was written: no later checkpoint or backup, no final weights.
-    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
+    checkpoints = runs.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
     assert checkpoints[-1] == newest
     assert not os.path.exists(os.path.join(run_dir, files.FINAL_WEIGHTS))
     _, _, model = runs.load_run(run_dir, weights="latest")

@@ -258,7 +258,8 @@ EVALUATE_ON_DEVICES = """
 import json, keras
 from keras_transformer import config as config_lib
 from keras_transformer.data import corpus, tokenizer as tokenizer_lib
-from keras_transformer.training import distribution, fit, runs
+from keras_transformer.training import distribution, fit
+from keras_transformer import runs
 config = config_lib.override(config_lib.preset_config("tiny"), ["data_dir={data_dir}"])
 splits = {{split: corpus.load_split(config.data, split, verbose=False)
           for split in ("train", "validation")}}

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.training import backup as backup_lib
 from keras_transformer.training import callbacks as callbacks_lib
-from keras_transformer.training import fit as training
+from keras_transformer.training import fit
 from tests.conftest import REPOSITORY, fixture_corpus
 
 TIMEOUT_S = 420
@@ -44,7 +44,7 @@ DRIVER = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
     from keras_transformer import cli
-    from keras_transformer.training import fit as training
+    from keras_transformer.training import fit
 
     out = sys.argv[2]
     parser = cli.make_parser()[1]["train"]
@@ -54,7 +54,7 @@ DRIVER = textwrap.dedent("""
         on_train_begin=lambda logs: np.savez(out + "_initial.npz",
                                              *recorder.model.get_weights()),
         on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"])))
-    model = training.train(config, run_dir, callbacks=[recorder], verbose=0).model
+    model = fit.train(config, run_dir, callbacks=[recorder], verbose=0).model
     strategy = model.distribute_strategy
     np.savez(out + ".npz", *model.get_weights())
     with open(out + ".json", "w") as file:
@@ -188,7 +188,7 @@ def test_the_cooldown_takes_the_rate_down_alike_on_every_worker(cluster):
     # cooldown: the schedule's multiplier is 1/2 there on every worker.
     _, records = cluster
     tiny = config_lib.preset_config("tiny")
-    formula = float(training.make_schedule(tiny.train, tiny.model.hidden_dim)(STEPS))
+    formula = float(fit.make_schedule(tiny.train, tiny.model.hidden_dim)(STEPS))
     multiplier = (1 - (STEPS - 1) / STEPS) / COOLDOWN_FRACTION
     for name in ("worker 0", "worker 1", "reference"):
         assert records[name]["learning_rate"] == pytest.approx(multiplier * formula), name
@@ -202,7 +202,7 @@ def test_only_the_chief_writes(cluster):
     assert sorted(os.listdir(chief_dir / files.BACKUP)) == [
         files.BACKUP_WEIGHTS, files.BACKUP_WEIGHTS + ".bkp",
         "training_metadata.json", "training_metadata.json.bkp"]
-    checkpoints = callbacks_lib.list_checkpoints(chief_dir / files.CHECKPOINTS)
+    checkpoints = runs.list_checkpoints(chief_dir / files.CHECKPOINTS)
     assert [os.path.basename(path) for path in checkpoints] == [
         f"step-{step:08d}.weights.h5" for step in range(EVERY, STEPS + 1, EVERY)]
     assert not (root / "run1").exists()
@@ -211,7 +211,7 @@ def test_only_the_chief_writes(cluster):
 def test_other_workers_restore_the_chief_backup_and_write_nothing(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}))
-    callbacks = training.make_callbacks(config_lib.TrainConfig(), "run")
+    callbacks = fit.make_callbacks(config_lib.TrainConfig(), "run")
     # No checkpoints, no TensorBoard: the backup, restored but never written, is all.
     assert [type(callback) for callback in callbacks] == [
         callbacks_lib.TerminateOnNonFiniteLoss, callbacks_lib.ThroughputLogger,

@@ -6,10 +6,9 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.serving import runners
 from keras_transformer.serving.translator import Translator
-from keras_transformer.training import runs
 from tests.conftest import FIXTURES
 
 OLD = FIXTURES / "artifacts_v0_1"

@@ -9,15 +9,14 @@ import textwrap
 
 import pytest
 
-from keras_transformer import cli, files
-from keras_transformer.training import runs
+from keras_transformer import cli, files, runs
 from tests.conftest import REPOSITORY
 
 # Takes the run directory's lock, says so, and holds it until its input ends or it dies.
 HOLDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from keras_transformer.training import runs
+    from keras_transformer import runs
     with runs.lock_run_dir(sys.argv[2]):
         print("held", flush=True)
         sys.stdin.read()

@@ -11,11 +11,10 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.training import backup as backup_lib
 from keras_transformer.training import callbacks as callbacks_lib
-from keras_transformer.training import fit as training
-from keras_transformer.training import runs
+from keras_transformer.training import fit
 from keras_transformer.training.optimization import WarmupInverseSqrtSchedule
 
 STEPS_PER_EPOCH = 6
@@ -66,9 +65,9 @@ def interrupted_then_resumed(tmp_path_factory, fixture_corpus_dir):
     config = tiny_config(fixture_corpus_dir)
     first = Recorder(interrupt_at=INTERRUPT_AT_STEP)
     with pytest.raises(Interrupted):
-        training.train(config, run_dir, callbacks=[first], verbose=0)
+        fit.train(config, run_dir, callbacks=[first], verbose=0)
     second = Recorder()
-    history = training.train(config, run_dir, callbacks=[second], verbose=0)
+    history = fit.train(config, run_dir, callbacks=[second], verbose=0)
     return run_dir, config, first, second, history
 
 
@@ -77,7 +76,7 @@ def uninterrupted(tmp_path_factory, fixture_corpus_dir):
     """The same training as `interrupted_then_resumed`, never interrupted."""
     run_dir = str(tmp_path_factory.mktemp("runs") / "tiny-en-de")
     recorder = Recorder()
-    history = training.train(tiny_config(fixture_corpus_dir), run_dir,
+    history = fit.train(tiny_config(fixture_corpus_dir), run_dir,
                              callbacks=[recorder], verbose=0)
     return recorder, history
 
@@ -126,7 +125,7 @@ def test_run_directory_holds_everything(interrupted_then_resumed):
     for name in (files.CONFIG, files.TOKENIZER, files.BACKUP, files.FINAL_WEIGHTS):
         assert os.path.exists(os.path.join(run_dir, name)), name
     assert os.listdir(os.path.join(run_dir, files.LOGS, "train"))
-    checkpoints = callbacks_lib.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
+    checkpoints = runs.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
     assert [os.path.basename(path) for path in checkpoints] == [
         f"step-{step:08d}.weights.h5" for step in (8, 10, 12)]
     assert not [name for name in os.listdir(run_dir) if name.startswith("partial-")]
@@ -172,7 +171,7 @@ def test_a_different_config_does_not_silently_reuse_a_run(interrupted_then_resum
     run_dir, _, _, _, _ = interrupted_then_resumed
     changed = config_lib.override(tiny_config(fixture_corpus_dir), ["dropout=0.3"])
     with pytest.raises(ValueError, match="model.dropout"):
-        training.train(changed, run_dir, verbose=0)
+        fit.train(changed, run_dir, verbose=0)
     assert os.path.exists(os.path.join(run_dir, files.CONFIG))
 
 
@@ -185,12 +184,12 @@ def test_bad_data_leaves_no_run_directory(tmp_path):
             file.write("\n".join(lines) + "\n")
     run_dir = tmp_path / "runs" / "bad"
     with pytest.raises(ValueError):
-        training.train(tiny_config(data_dir), str(run_dir), verbose=0)
+        fit.train(tiny_config(data_dir), str(run_dir), verbose=0)
     assert not run_dir.exists()
 
 
 def test_nan_stops_training_before_anything_is_written():
-    callbacks = training.make_callbacks(config_lib.TrainConfig(), "unused")
+    callbacks = fit.make_callbacks(config_lib.TrainConfig(), "unused")
     assert isinstance(callbacks[0], keras.callbacks.TerminateOnNaN)
     with pytest.raises(RuntimeError):
         callbacks[0].on_batch_end(0, {"loss": float("nan")})
@@ -205,7 +204,7 @@ def test_checkpoints_skip_non_finite_losses_and_keep_the_newest(tmp_path):
     for step, loss in [(1, 1.0), (2, 0.5), (3, float("nan")), (4, 0.4)]:
         model.optimizer.iterations.assign(step)
         checkpoint.on_train_batch_end(step, {"loss": loss})
-    names = [os.path.basename(path) for path in callbacks_lib.list_checkpoints(tmp_path)]
+    names = [os.path.basename(path) for path in runs.list_checkpoints(tmp_path)]
     assert names == ["step-00000002.weights.h5", "step-00000004.weights.h5"]
 
 
@@ -217,7 +216,7 @@ def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
     config = config_lib.override(tiny_config(fixture_corpus_dir), [
         "bleu_sentences=5", "bleu_patience=2", "monitor_sentences=3"])
     validation = corpus.load_split(config.data, "validation", verbose=False)
-    bleu, monitor = training.make_translation_callbacks(config.train, str(tmp_path),
+    bleu, monitor = fit.make_translation_callbacks(config.train, str(tmp_path),
                                                         validation)
     assert isinstance(bleu, BleuCallback) and isinstance(monitor, TranslationMonitor)
     assert bleu.sources == list(validation.source_lines[:5])
@@ -225,7 +224,7 @@ def test_translation_callbacks_follow_the_config(tmp_path, fixture_corpus_dir):
     assert bleu.patience == 2
     assert monitor.sources == list(validation.source_lines[:3])
     off = config_lib.override(config, ["bleu_sentences=0", "monitor_sentences=0"])
-    assert training.make_translation_callbacks(off.train, str(tmp_path), validation) == []
+    assert fit.make_translation_callbacks(off.train, str(tmp_path), validation) == []
 
 
 @pytest.mark.parametrize("field", ["bleu_sentences", "monitor_sentences"])
@@ -240,11 +239,11 @@ def test_a_translation_callback_the_config_already_adds_is_refused(
     callback = kind.for_run(str(run_dir), ["A man."], ["Ein Mann."])
     config = config_lib.override(tiny_config(fixture_corpus_dir), [f"{field}=2"])
     with pytest.raises(ValueError, match=f"train.{field}=2 already adds a {kind.__name__}"):
-        training.train(config, str(run_dir), callbacks=[callback])
+        fit.train(config, str(run_dir), callbacks=[callback])
     assert not run_dir.exists()
     # With the config's own callback off, the caller's is accepted.
     off = config_lib.override(config, [f"{field}=0"])
-    training._check_translation_callbacks(off.train, [callback])
+    fit._check_translation_callbacks(off.train, [callback])
 
 
 @pytest.mark.parametrize("use_fused_attention", [False, True])
@@ -289,7 +288,7 @@ def test_xla_runs_get_one_batch_shape_per_bucket(fixture_corpus_dir, jit_compile
               for split in ("train", "validation")}
     tokenizer = train_tokenizer(splits["train"].source_lines + splits["train"].target_lines,
                                 300, verbose=False)
-    train_data, validation_data, steps = training.make_datasets(config, tokenizer, splits)
+    train_data, validation_data, steps = fit.make_datasets(config, tokenizer, splits)
     boundaries = batching.bucket_boundaries(config.model.max_length)
     bucket_shapes = set(zip(
         batching.bucket_batch_sizes(boundaries, config.model.max_length, config.data.batch_tokens),
@@ -307,7 +306,7 @@ def test_subword_sampling_setting_reaches_the_training_data_alone(fixture_corpus
               for split in ("train", "validation")}
     tokenizer = train_tokenizer(splits["train"].source_lines + splits["train"].target_lines,
                                 300, verbose=False)
-    train_data, validation_data, steps = training.make_datasets(config, tokenizer, splits)
+    train_data, validation_data, steps = fit.make_datasets(config, tokenizer, splits)
     for dataset, split, sampled in ((train_data.take(steps), "train", True),
                                     (validation_data, "validation", False)):
         most_likely = set(map(tuple, tokenizer.tokenize(
@@ -323,7 +322,7 @@ def test_mixed_precision_belongs_to_the_run_alone(tmp_path, fixture_corpus_dir):
     config = config_lib.override(tiny_config(fixture_corpus_dir), [
         "mixed_precision=bfloat16", "epochs=1", "steps_per_epoch=2",
         "bleu_sentences=0", "monitor_sentences=0"])
-    history = training.train(config, str(tmp_path / "run"), verbose=0)
+    history = fit.train(config, str(tmp_path / "run"), verbose=0)
     assert {layer.dtype_policy.name for layer in history.model._flatten_layers()} == {
         "mixed_bfloat16"}  # the model and every sublayer
     assert np.isfinite(history.history["loss"]).all()
@@ -362,7 +361,7 @@ def test_time_budget_spent_by_an_epoch_end_begins_no_other_epoch(monkeypatch):
 def test_the_time_budget_counts_the_epoch_end_work_of_the_extra_callbacks():
     """The BLEU callback comes among the extras: the budget checks after its work."""
     extra = keras.callbacks.Callback()
-    callbacks = training.make_callbacks(config_lib.TrainConfig(time_budget_minutes=5),
+    callbacks = fit.make_callbacks(config_lib.TrainConfig(time_budget_minutes=5),
                                         "unused", [extra])
     kinds = [type(callback) for callback in callbacks]
     assert (callbacks.index(extra) < kinds.index(callbacks_lib.TimeBudget)
@@ -373,7 +372,7 @@ def test_time_budget_is_refused_in_a_worker_cluster(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, '
                                     '"task": {"type": "worker", "index": 1}}')
     with pytest.raises(ValueError, match="time_budget_minutes"):
-        training.make_callbacks(config_lib.TrainConfig(time_budget_minutes=5), "unused")
+        fit.make_callbacks(config_lib.TrainConfig(time_budget_minutes=5), "unused")
     with pytest.raises(ValueError, match="positive"):
         callbacks_lib.TimeBudget(0)
 
@@ -420,5 +419,5 @@ def test_cooldown_needs_a_fraction_an_end_and_a_schedule():
     with pytest.raises(ValueError, match="time_budget_minutes"):
         callbacks_lib.LearningRateCooldown(schedule, 0.2)
     with pytest.raises(ValueError, match="schedule"):
-        training.make_callbacks(config_lib.TrainConfig(cooldown_fraction=0.2), "unused",
+        fit.make_callbacks(config_lib.TrainConfig(cooldown_fraction=0.2), "unused",
                                 total_updates=10)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer, cli
+from keras_transformer import Transformer, cli, runs
 from keras_transformer import config as config_lib
 from keras_transformer.data import batching
 from keras_transformer.data import pairs as pairs_lib
 from keras_transformer.data.tokenizer import END_ID, START_ID
 from keras_transformer.training import callbacks as callbacks_lib
-from keras_transformer.training import distribution, fit, losses, runs
+from keras_transformer.training import distribution, fit, losses
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimization import make_optimizer, make_schedule
 from tests.conftest import REPOSITORY

@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.data import corpus
 from keras_transformer.data.tokenizer import Tokenizer, TokenizerFileError
 from keras_transformer.files import TOKENIZER_METADATA as METADATA_FILE
 from keras_transformer.files import TOKENIZER_MODEL as MODEL_FILE
-from keras_transformer.training import fit as training
-from keras_transformer.training import runs
+from keras_transformer.training import fit
 from tests.conftest import REPOSITORY
 
 
@@ -33,7 +32,7 @@ def saved_run(tmp_path_factory, fixture_corpus_dir):
     config = config_lib.override(config_lib.preset_config("tiny"), [
         f"data_dir={fixture_corpus_dir}", "num_layers=1"])
     train_text = corpus.load_split(config.data, "train", verbose=False)
-    config, _ = training.prepare_run_dir(config, str(run_dir), train_text)
+    config, _ = fit.prepare_run_dir(config, str(run_dir), train_text)
     runs.build_model(config).save_weights(str(run_dir / files.FINAL_WEIGHTS))
     return run_dir
 

@@ -20,14 +20,13 @@ import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import decoding, files
+from keras_transformer import decoding, files, runs
 from keras_transformer.data import corpus
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, PAD_ID
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.serving import export_folder, runners
 from keras_transformer.serving.translator import Translator
-from keras_transformer.training import runs
 
 
 class SelfCheckFailed(RuntimeError):

@@ -26,12 +26,10 @@ import logging
 import math
 import os
 
-from keras_transformer import files, translate
-from keras_transformer.config import Config
+from keras_transformer import files, runs, translate
 from keras_transformer.data import corpus
 from keras_transformer.data.text import read_lines
-from keras_transformer.serving import runners
-from keras_transformer.training import runs
+from keras_transformer.serving import artifacts, runners
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +62,7 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=False
     """
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"The output folder {output_dir} is a file: name a folder.")
-    runs.check_run_dir(teacher_run)
-    config = Config.load(os.path.join(teacher_run, files.CONFIG))
+    config = runs.load_config(teacher_run)
     data = config.data
     if data.corpus != "multi30k":
         raise ValueError(
@@ -84,10 +81,10 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=False
     teacher_path = os.path.join(output_dir,
                                 TEACHER_FILE.format(language=data.target_language))
     if artifact is None:
-        artifact = runners.resolve_artifact(teacher_run, export_if_missing=True,
+        artifact = artifacts.resolve_artifact(teacher_run, export_if_missing=True,
                                              verbose=verbose)
     else:
-        artifact = runners.resolve_artifact(artifact)
+        artifact = artifacts.resolve_artifact(artifact)
         _check_language_pair(artifact, data, teacher_run)
     translations = _translate_resumably(artifact, sources, teacher_path, beam, batch_size,
                                         verbose)
@@ -106,7 +103,7 @@ def distill(teacher_run, output_dir, *, artifact=None, data_dir=None, beam=False
             "validation and test splits. Train a student with the teacher's settings and "
             "about its number of updates: keras-transformer train --config %s --data-dir "
             "%s --run-dir STUDENT_RUN --epochs %d", output_dir, len(sources),
-            os.path.join(teacher_run, files.CONFIG), output_dir,
+            runs.config_path(teacher_run), output_dir,
             math.ceil(config.train.epochs / 2))
     return len(sources)
 

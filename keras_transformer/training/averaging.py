@@ -12,10 +12,7 @@ import os
 
 import numpy as np
 
-from keras_transformer import config as config_lib
-from keras_transformer import files
-from keras_transformer.training import runs
-from keras_transformer.training.callbacks import list_checkpoints
+from keras_transformer import files, runs
 
 logger = logging.getLogger(__name__)
 
@@ -63,13 +60,13 @@ def average_run(run_dir, last=5, output=None):
         files.check_output_file("--output", output)
     runs.check_run_dir(run_dir)
     checkpoint_dir = os.path.join(run_dir, files.CHECKPOINTS)
-    paths = list_checkpoints(checkpoint_dir)[-last:]
+    paths = runs.list_checkpoints(checkpoint_dir)[-last:]
     if not paths:
         raise FileNotFoundError(f"No checkpoints in {checkpoint_dir}: train first.")
     if len(paths) < last:
         logger.warning("Only %d checkpoint(s) in %s; averaging those.",
                         len(paths), checkpoint_dir)
-    config = config_lib.Config.load(os.path.join(run_dir, files.CONFIG))
+    config = runs.load_config(run_dir)
     model = average_weights(runs.build_model(config), paths)
     output = output or os.path.join(run_dir, files.AVERAGED_WEIGHTS)
     files.replace_atomically(output, lambda path: model.save_weights(path, overwrite=True))

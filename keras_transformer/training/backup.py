@@ -3,7 +3,7 @@
 `AtomicBackupAndRestore` (a `keras.callbacks.BackupAndRestore`) writes the backup and
 restores it; `read_backup_position` tells where a run resumes, so that its data can
 start there; `ResumedEpochEnd` ends the resumed epoch after its remaining batches.
-`training.train` uses the three together (see docs/scaling.md).
+`fit.train` uses the three together (see docs/scaling.md).
 """
 
 import json
@@ -39,7 +39,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     generator of the model. Restoring puts the generators back, and:
 
     - the training data must start at that position: build it from
-      `read_backup_position(backup_dir)` before `fit` (see `training.train`);
+      `read_backup_position(backup_dir)` before `fit` (see `fit.train`);
     - the resumed epoch must end after its remaining batches: add the callback that
       `resumed_epoch_end()` returns, after every other callback.
 

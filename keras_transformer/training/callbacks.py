@@ -11,7 +11,7 @@ import time
 
 import keras
 
-from keras_transformer import files
+from keras_transformer import files, runs
 
 logger = logging.getLogger(__name__)
 
@@ -146,21 +146,12 @@ class RollingCheckpoint(keras.callbacks.Callback):
         os.makedirs(self.directory, exist_ok=True)
         files.replace_atomically(path, self.write)
         if self.keep:
-            for old in list_checkpoints(self.directory)[:-self.keep]:
+            for old in runs.list_checkpoints(self.directory)[:-self.keep]:
                 os.remove(old)
 
     def write(self, path):
         """Writes one checkpoint: the model's weights and its optimizer's state."""
         self.model.save_weights(path, overwrite=True)
-
-
-def list_checkpoints(directory):
-    """Returns the paths of the checkpoints in `directory`, oldest (lowest step) first."""
-    if not os.path.isdir(directory):
-        return []
-    found = [(int(match.group(1)), name) for name in os.listdir(directory)
-             if (match := files.CHECKPOINT_PATTERN.match(name))]
-    return [os.path.join(directory, name) for _, name in sorted(found)]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -194,7 +185,7 @@ class TerminateOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
         if self.model is not None and self.model.optimizer is not None:
             step = keras.ops.convert_to_numpy(self.model.optimizer.iterations)
             where = f"weight update {int(step)}"
-        newest = list_checkpoints(self.checkpoint_dir)[-1:] if self.checkpoint_dir else []
+        newest = runs.list_checkpoints(self.checkpoint_dir)[-1:] if self.checkpoint_dir else []
         raise NonFiniteLossError(
             f"Training stopped at {where}: the loss is {float(loss)}. "
             f"Nothing from this update was saved; the newest checkpoint is "

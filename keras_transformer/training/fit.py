@@ -16,13 +16,13 @@ import warnings
 import keras
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.data import batching, corpus, pairs
 from keras_transformer.data import tokenizer as tokenizer_lib
 from keras_transformer.data.text import CorpusError
 from keras_transformer.training import backup as backup_lib
 from keras_transformer.training import callbacks as callbacks_lib
-from keras_transformer.training import distribution, runs
+from keras_transformer.training import distribution
 from keras_transformer.training.bleu import BleuCallback, ValidationTranslator
 from keras_transformer.training.losses import compile_model, compiles_step
 from keras_transformer.training.monitoring import TranslationMonitor
@@ -225,8 +225,7 @@ def prepare_run_dir(config, run_dir, train_text):
     The returned config has `model.vocabulary_size` equal to the tokenizer's.
     """
     tokenizer_dir = os.path.join(run_dir, files.TOKENIZER)
-    config_path = os.path.join(run_dir, files.CONFIG)
-    saved = config_lib.Config.load(config_path) if os.path.exists(config_path) else None
+    saved = runs.saved_config(run_dir)
     if os.path.isdir(tokenizer_dir):
         tokenizer = tokenizer_lib.Tokenizer.load(tokenizer_dir)
     else:
@@ -254,7 +253,7 @@ def prepare_run_dir(config, run_dir, train_text):
     if saved is not None:
         _check_same_run(config, saved, run_dir)
     if distribution.is_chief():
-        config.save(config_path)
+        config.save(runs.config_path(run_dir))
     return config, tokenizer
 
 
@@ -325,5 +324,5 @@ def _check_same_run(config, saved, run_dir):
     if changed:
         raise RunDirectoryError(
             f"{run_dir} holds a run with a different config ({', '.join(changed)} differ). "
-            f"Resume it with --config {os.path.join(run_dir, files.CONFIG)}, or train "
+            f"Resume it with --config {runs.config_path(run_dir)}, or train "
             "into a new --run-dir.")

@@ -1,9 +1,17 @@
-"""The run directory: `load_run` reads back what training wrote (layout in `files`).
+"""The run directory: one module reads and writes it (its layout is in `files`).
+
+What training wrote (`load_config`, `load_run`, `find_weights`, `list_checkpoints`),
+where its export lies (`saved_model_dir`), what was chosen on validation (`Choice`:
+the weights, beam size and α that export, translate and evaluate use by default), and
+the lock that keeps one training per directory (`lock_run_dir`).
 
 Weight files are Keras `.weights.h5` files of a `Transformer` built from `config.json`;
 those written during training also hold the optimizer state, which loading ignores.
 Export and evaluation need nothing but this directory. `load_ensemble` loads several
 runs trained with one tokenizer as one `decoding.ensemble.Ensemble`.
+
+Importable without TensorFlow (a `.tflite` translator opens run directories too): the
+model code is imported by the functions that build a model.
 """
 
 import contextlib
@@ -16,10 +24,6 @@ import sys
 
 from keras_transformer import config as config_lib
 from keras_transformer import files
-from keras_transformer.data.tokenizer import Tokenizer
-from keras_transformer.decoding.ensemble import Ensemble
-from keras_transformer.model import Transformer
-from keras_transformer.training.callbacks import list_checkpoints
 
 
 class WeightsFileError(ValueError):
@@ -42,11 +46,38 @@ def check_run_dir(run_dir):
 def load_config(run_dir):
     """Returns the `Config` saved in `run_dir` (its `config.json`)."""
     check_run_dir(run_dir)
-    return config_lib.Config.load(os.path.join(run_dir, files.CONFIG))
+    return config_lib.Config.load(config_path(run_dir))
+
+
+def saved_config(run_dir):
+    """Returns the `Config` saved in `run_dir`, or `None` when there is none yet."""
+    return config_lib.Config.load(config_path(run_dir)) if os.path.exists(
+        config_path(run_dir)) else None
+
+
+def config_path(run_dir):
+    """Where the run's `Config` is saved (`--config` of a resumed training)."""
+    return os.path.join(run_dir, files.CONFIG)
+
+
+def list_checkpoints(directory):
+    """Returns the paths of the checkpoints in `directory`, oldest (lowest step) first."""
+    if not os.path.isdir(directory):
+        return []
+    found = [(int(match.group(1)), name) for name in os.listdir(directory)
+             if (match := files.CHECKPOINT_PATTERN.match(name))]
+    return [os.path.join(directory, name) for _, name in sorted(found)]
+
+
+def saved_model_dir(run_dir):
+    """Returns where `export RUN_DIR` writes the run's SavedModel."""
+    return os.path.join(run_dir, files.EXPORT_DIR, files.SAVED_MODEL)
 
 
 def build_model(config):
     """Returns the (built, uncompiled) `Transformer` that `config.model` describes."""
+    from keras_transformer.model import Transformer  # Keras: see the module docstring
+
     return Transformer(**dataclasses.asdict(config.model))
 
 
@@ -85,13 +116,15 @@ def load_run(run_dir, weights=None):
     """Returns `(config, tokenizer, model)` restored from a run directory.
 
     Args:
-        run_dir: str. Directory that `training.train` wrote.
+        run_dir: str. Directory that `training.fit.train` wrote.
         weights: which weights to load; see `find_weights`.
 
     Returns:
         The `Config`, the `Tokenizer`, and a `Transformer` with the weights loaded
         (uncompiled: for decoding, export and evaluation).
     """
+    from keras_transformer.data.tokenizer import Tokenizer  # TensorFlow: see above
+
     config = load_config(run_dir)
     tokenizer = Tokenizer.load(os.path.join(run_dir, files.TOKENIZER))
     model = build_model(config)
@@ -156,9 +189,93 @@ def load_ensemble(run_dirs, weights=None):
     # Resolved once, so that the paths returned (which a report records) are the files
     # loaded even when `weights=None` picks the newest file of a run still being written.
     weight_paths = [find_weights(run_dir, weights) for run_dir in run_dirs]
+    from keras_transformer.decoding.ensemble import Ensemble  # Keras: see above
+
     loaded = [load_run(run_dir, path) for run_dir, path in zip(run_dirs, weight_paths)]
     config, tokenizer, _ = loaded[0]
     return config, tokenizer, Ensemble(model for _, _, model in loaded), weight_paths
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What was chosen on the validation split: the run's decoding unless told otherwise.
+
+    Written by the recipe (`record_choice`), read by `export`, `translate`, `evaluate`
+    and `kt.load_translator` on the run directory (`load_choice`).
+
+    Attributes:
+        weights: str. The chosen weights file, relative to the run directory.
+        beam_size: int.
+        length_penalty: float. Beam search's α.
+        chosen_by: str. Who chose, and on what, e.g. `"recipe: BLEU 35.10 on 1014
+            validation sentences"`.
+    """
+
+    weights: str
+    beam_size: int
+    length_penalty: float
+    chosen_by: str
+
+    def weights_path(self, run_dir):
+        return os.path.join(run_dir, self.weights)
+
+    def describe(self):
+        """`beam 4, α 1 (recipe: ...)`: the decoding, and where it comes from."""
+        return f"beam {self.beam_size}, α {self.length_penalty:g} ({self.chosen_by})"
+
+
+class ChoiceFileError(ValueError):
+    """A run's `choice.json` cannot be read; the message names the file and the fix."""
+
+
+def record_choice(run_dir, *, weights_path, beam_size, length_penalty, chosen_by):
+    """Writes the run's `choice.json`, replacing any earlier one; returns the `Choice`.
+
+    Args:
+        weights_path: str. The chosen weights file, inside `run_dir`.
+        beam_size, length_penalty, chosen_by: as `Choice`'s.
+    """
+    weights = os.path.relpath(weights_path, run_dir)
+    if weights.startswith(os.pardir) or os.path.isabs(weights):
+        raise ValueError(f"The chosen weights {weights_path} lie outside {run_dir}: "
+                         "choose a weights file of the run.")
+    choice = Choice(weights, int(beam_size), float(length_penalty), chosen_by)
+    record = {**dataclasses.asdict(choice),
+              "recorded": datetime.datetime.now().isoformat(timespec="seconds")}
+    files.write_text(os.path.join(run_dir, files.CHOICE),
+                     json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    return choice
+
+
+def load_choice(run_dir):
+    """Returns the run's recorded `Choice`, or `None` when nothing was chosen.
+
+    Raises:
+        ChoiceFileError: the file is not a choice, or its weights file is gone.
+    """
+    path = os.path.join(run_dir, files.CHOICE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            record = json.load(file)
+        choice = Choice(weights=str(record["weights"]),
+                        beam_size=int(record["beam_size"]),
+                        length_penalty=float(record["length_penalty"]),
+                        chosen_by=str(record.get("chosen_by", "")))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ChoiceFileError(
+            f"{path}: not a choice of weights and decoding ({error!r}). Run the recipe "
+            "again to choose, or delete the file to use the defaults.") from None
+    if choice.beam_size < 1 or not choice.length_penalty >= 0:
+        raise ChoiceFileError(f"{path}: beam_size {choice.beam_size} and length_penalty "
+                              f"{choice.length_penalty} are no beam search: run the "
+                              "recipe again, or delete the file to use the defaults.")
+    if not os.path.isfile(choice.weights_path(run_dir)):
+        raise ChoiceFileError(
+            f"{path}: the chosen weights {choice.weights_path(run_dir)} are gone. Run the "
+            "recipe again to choose, or delete the file to use the defaults.")
+    return choice
 
 
 class RunDirectoryInUseError(RuntimeError):
