@@ -78,6 +78,86 @@ def test_the_package_has_no_import_circle():
     assert find_cycle(import_graph(top_level_only=False)) is None
 
 
+def folder_graph(graph):
+    """`graph` between the package's folders and top-level modules: an edge from each
+    folder to every other one that one of its modules imports. The package's
+    `__init__` is left out (it imports nothing of its own; `kt.X` loads X on use)."""
+    def node(name):
+        return ".".join(name.split(".")[:2])
+
+    folders = {}
+    for name, imported in graph.items():
+        if name != PACKAGE.name:
+            folders.setdefault(node(name), set()).update(
+                node(other) for other in imported
+                if other != PACKAGE.name and node(other) != node(name))
+    return folders
+
+
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    # `serving -> training -> serving` is a circle even with no module in it twice.
+    assert find_cycle(folder_graph(import_graph(top_level_only=False))) is None
+
+
+def test_the_folder_graph_finds_a_circle_through_two_modules_of_one_folder():
+    graph = {"keras_transformer.a.x": {"keras_transformer.b.y"},
+             "keras_transformer.b.y": set(), "keras_transformer.b.z": {
+                 "keras_transformer.a.w"}, "keras_transformer.a.w": set()}
+    assert find_cycle(graph) is None
+    assert find_cycle(folder_graph(graph)) == [
+        "keras_transformer.a", "keras_transformer.b", "keras_transformer.a"]
+
+
+def test_tools_are_leaves_that_only_the_command_line_imports():
+    users = sorted(name for name, imported in import_graph(top_level_only=False).items()
+                   if any(other.startswith(f"{PACKAGE.name}.tools") for other in imported)
+                   and not name.startswith(f"{PACKAGE.name}.tools"))
+    assert users == [f"{PACKAGE.name}.cli"]
+
+
+# What reads a run directory: its config (`Config.load`), its checkpoints (their file
+# pattern), its choice on validation. `runs` alone does; the command line also loads the
+# config file that `--config FILE` names, which need not lie in a run directory.
+RUN_DIRECTORY_READS = {"load": "Config.load", "CHECKPOINT_PATTERN": "files.CHECKPOINT_PATTERN",
+                       "CHOICE": "files.CHOICE"}
+READERS = {"runs": set(RUN_DIRECTORY_READS), "cli": {"load"}, "files": set(RUN_DIRECTORY_READS)}
+
+
+def run_directory_reads(source):
+    """The names of `RUN_DIRECTORY_READS` that Python `source` uses."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in RUN_DIRECTORY_READS:
+            if node.attr != "load" or (isinstance(node.value, ast.Attribute | ast.Name)
+                                       and getattr(node.value, "attr", getattr(
+                                           node.value, "id", None)) == "Config"):
+                found.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.module == f"{PACKAGE.name}.files":
+            found.update(alias.name for alias in node.names
+                         if alias.name in RUN_DIRECTORY_READS)
+    return found
+
+
+def test_run_directories_are_read_through_runs_alone():
+    bypasses = {}
+    for name in module_names():
+        short = name.removeprefix(f"{PACKAGE.name}.")
+        reads = run_directory_reads(module_path(name).read_text(encoding="utf-8"))
+        if reads - READERS.get(short, set()):
+            bypasses[name] = sorted(reads - READERS.get(short, set()))
+    assert bypasses == {}
+
+
+@pytest.mark.parametrize("source", [
+    "config = config_lib.Config.load(os.path.join(run_dir, files.CONFIG))",
+    "from keras_transformer.files import CHECKPOINT_PATTERN",
+    "match = files.CHECKPOINT_PATTERN.match(name)",
+    "path = os.path.join(run_dir, files.CHOICE)"])
+def test_the_bypass_finder_finds_a_planted_read(source):
+    assert run_directory_reads(source)
+    assert not run_directory_reads("config = runs.load_config(run_dir); json.load(file)")
+
+
 def test_the_cycle_finder_finds_a_planted_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
@@ -118,6 +198,7 @@ def test_every_folder_of_the_package_is_a_regular_package_that_the_wheel_holds()
 
 
 @pytest.mark.parametrize("module", ["keras_transformer", "keras_transformer.files",
+                                    "keras_transformer.runs",
                                     "keras_transformer.config", "keras_transformer.cli"])
 def test_light_modules_import_neither_keras_nor_tensorflow(module):
     code = (f"import sys, {module}\n"

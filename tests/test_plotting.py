@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_transformer.tools import plotting
+from keras_transformer.training import plotting
 
 SOURCE = ["▁a", "▁black", "▁dog", "</s>"]
 TARGET = ["<s>", "▁ein", "▁schwarzer", "▁Hund", "</s>"]

@@ -1,1 +1,1 @@
-"""Tools around the main flow: distillation, fuzzing of exported translators, figures."""
+"""Tools around the main flow: distillation and fuzzing of exported translators."""

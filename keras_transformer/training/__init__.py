@@ -1,1 +1,2 @@
-"""Training with model.fit: callbacks, backup, optimizer, losses, distribution, averaging."""
+"""Training with model.fit: callbacks, backup, optimizer, losses, distribution, averaging,
+monitoring and its figures (`plotting`)."""

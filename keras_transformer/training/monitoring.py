@@ -24,8 +24,7 @@ from keras import ops
 
 from keras_transformer import files
 from keras_transformer.data.tokenizer import PAD_ID, add_start_end
-from keras_transformer.tools import plotting
-from keras_transformer.training import distribution
+from keras_transformer.training import distribution, plotting
 from keras_transformer.training.bleu import ValidationTranslator
 
 
@@ -54,9 +53,9 @@ class TranslationMonitor(keras.callbacks.Callback):
     own only with that field at 0.
 
     Example:
-    >>> sources, references = bleu.validation_slice(config.data, 3)
-    >>> fit.train(config, run_dir, callbacks=[
-    ...     TranslationMonitor.for_run(run_dir, sources, references)])
+        sources, references = bleu.validation_slice(config.data, 3)
+        fit.train(config, run_dir, callbacks=[
+            TranslationMonitor.for_run(run_dir, sources, references)])
     """
 
     def __init__(self, sources, references, tokenizer, *, log_dir, attention_index=0,
