@@ -10,7 +10,7 @@ layer's cache. For each pattern: the original code, the alternative first measur
 what the model does now (imported from it, so this keeps timing the real code):
 
 - cache write: `where(position == index, new, cache)`; `tf.tensor_scatter_nd_update` of
-  one row per sentence (batch-major cache `(B, C, H, K)`); the model's `write_position`
+  one row per sentence (batch-major cache `(B, C, H, K)`); the model's `write_by_scatter`
   into values `(B, H, C, K)` and into transposed keys `(B, H, K, C)`;
 - attention read: transpose the cache every step; keys kept `(B, H, K, C)` and values
   `(B, H, C, K)`, transposed once outside the loop; the model's `scaled_dot_product_attention`
@@ -33,7 +33,7 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from keras_transformer.layers.attention import scaled_dot_product_attention  # noqa: E402
-from keras_transformer.layers.decoder_layer import write_position  # noqa: E402
+from keras_transformer.layers.decoder_layer import write_by_scatter  # noqa: E402
 from keras_transformer.model import tied_step_logits  # noqa: E402
 
 
@@ -73,10 +73,10 @@ def variants(arguments):
         return tf.tensor_scatter_nd_update(s, rows, new[:, 0])
 
     def model_write_values(i, s):
-        return write_position(s, i, tf.transpose(new, (0, 2, 1, 3)), axis=2)
+        return write_by_scatter(s, i, tf.transpose(new, (0, 2, 1, 3)), axis=2)
 
     def model_write_keys(i, s):
-        return write_position(s, i, tf.transpose(new, (0, 2, 3, 1)), axis=3)
+        return write_by_scatter(s, i, tf.transpose(new, (0, 2, 3, 1)), axis=3)
 
     def read_transposed(i, s):
         keys = tf.transpose(cache, (0, 2, 3, 1))  # (B, H, K, C), every step
@@ -106,9 +106,9 @@ def variants(arguments):
     logits = tf.zeros((b, v))
     return {("cache write", "where over the cache"): loop(where_write, cache),
             ("cache write", "scatter one position"): loop(scatter_write, cache),
-            ("cache write", "model: write_position, values"): loop(
+            ("cache write", "model: write_by_scatter, values"): loop(
                 model_write_values, tf.transpose(cache, (0, 2, 1, 3))),
-            ("cache write", "model: write_position, keys"): loop(
+            ("cache write", "model: write_by_scatter, keys"): loop(
                 model_write_keys, tf.transpose(cache, (0, 2, 3, 1))),
             ("attention read", "transpose every step"): loop(read_transposed,
                                                              tf.zeros_like(query)),

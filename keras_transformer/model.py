@@ -54,7 +54,7 @@ class Transformer(keras.Model):
     Example:
     >>> model = Transformer.from_preset("tiny")
     >>> ids = np.array([[5, 6, 7, 3, 0]])
-    >>> model({"source_ids": ids, "target_ids": ids}).shape
+    >>> tuple(model({"source_ids": ids, "target_ids": ids}).shape)
     (1, 5, 1000)
 
     References:
@@ -239,7 +239,7 @@ class Transformer(keras.Model):
         cache["self_values"] = [append(values, 2) for values in cache["self_values"]]
         return cache
 
-    def decode_step(self, token_ids, cache, index, hypotheses=1):
+    def decode_step(self, token_ids, cache, index, hypotheses=1, write_cache=None):
         """Decodes one position with the cache; always returns `(logits, cache)`.
 
         Args:
@@ -250,6 +250,8 @@ class Transformer(keras.Model):
                 beam search's `K` hypotheses of a sentence (rows `b·K … b·K + K - 1`)
                 read one copy of its encoder keys and values. The other entries have a
                 row per token.
+            write_cache: how the cache's new position is written (see
+                `DecoderLayer.decode_step`; the default suits TensorFlow).
 
         Returns:
             `(logits, cache)`: float32 `(B, V)` for position `index + 1`, and the cache
@@ -260,8 +262,8 @@ class Transformer(keras.Model):
         # One row per sentence (see `MultiHeadAttention.attend_cached`).
         x = ops.reshape(x, (-1, self.hidden_dim))  # (B, D)
         cross_mask = masks.key_padding_attention_mask(cache["source_padding_mask"])
-        x, cache = self.decoder.decode_step(x, cache, index, cross_mask,
-                                            hypotheses)  # (B, D)
+        x, cache = self.decoder.decode_step(x, cache, index, cross_mask, hypotheses,
+                                            write_cache)  # (B, D)
         return self._step_logits(x), cache
 
     def _step_logits(self, hidden):

@@ -30,6 +30,7 @@ from keras_transformer.decoding.common import (
     log_normalizers,
     put_back,
     staying_and_leaving,
+    step_options,
     token_bias,
     while_loop,
     write_position,
@@ -45,7 +46,7 @@ def gnmt_length_penalty(length, alpha):
 def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
                 length_penalty=PAPER_LENGTH_PENALTY, max_length=None, extra_length=50,
                 start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False,
-                cache_chunk=None):
+                cache_chunk=None, write_cache=None):
     """Translates `source_ids` with beam search; returns the best hypothesis per sentence.
 
     The best hypothesis maximises log P(Y) / lp(Y). Hypotheses end at the end token or
@@ -62,7 +63,7 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
         length_penalty: float ≥ 0. The exponent α of the length penalty (0.6 in the
             paper; 0 ranks by log-probability alone).
         max_length, extra_length, start_id, end_id, pad_id, return_attention,
-            cache_chunk: as in `greedy_decode`.
+            cache_chunk, write_cache: as in `greedy_decode`.
 
     Returns:
         A `Decoded`: the best hypothesis, its log-probability (`scores`) and its
@@ -83,7 +84,7 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
     beam_rows = tf.range(batch * beam_size) // beam_size  # (B*K,)
     cache = _gather_cache(cache, beam_rows, None, _sentence_entries(model))
     nonempty = tf.gather(has_source(source_ids, start_id, end_id, pad_id), beam_rows)
-    search = _BeamSearch(model, beam_size, length_penalty, end_id, pad_id)
+    search = _BeamSearch(model, beam_size, length_penalty, end_id, pad_id, write_cache)
     steps, (tokens, scores, normalized) = search.run(cache, limits, nonempty, buffer_length,
                                                      start_id, grow, cache_chunk)
     return decoded(model, tokens[:, 1:steps + 1], scores, normalized, encoder_output,
@@ -98,13 +99,17 @@ class _BeamSearch:
     hypothesis put back into the results (`set_finished_aside`).
     """
 
-    def __init__(self, model, beam_size, length_penalty, end_id, pad_id):
+    def __init__(self, model, beam_size, length_penalty, end_id, pad_id, write_cache=None):
         self.model = model
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.end_id = end_id
         self.pad_id = pad_id
         self.sentence_entries = _sentence_entries(model)
+        # The cross-attention entries are read once per sentence when the model keeps
+        # one row of them per sentence (`Transformer.decode_step`'s `hypotheses`).
+        self.step_options = step_options(
+            self.beam_size if self.sentence_entries else 1, write_cache)
 
     def run(self, cache, limits, nonempty, buffer_length, start_id, grow=None,
             cache_chunk=None):
@@ -189,11 +194,8 @@ class _BeamSearch:
     def step(self, index, alive_tokens, alive_scores, finished, limits, nonempty, cache):
         """Decodes position `index` for every alive hypothesis; returns the loop state."""
         batch = tf.shape(alive_scores)[0]
-        if self.sentence_entries:
-            logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index,
-                                                   hypotheses=self.beam_size)
-        else:
-            logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index)
+        logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index,
+                                               **self.step_options)
         logits = tf.cast(logits, tf.float32)  # (B*K, V)
         vocabulary = logits.shape[1] or tf.shape(logits)[1]
         normalizers = log_normalizers(logits)  # (B*K, 1)

@@ -66,8 +66,8 @@ def decode_function(decode, model, *, jit_compile=False, **options):
         **options: keyword arguments of `decode`.
 
     Example:
-    >>> translate = decode_function(beam_search, model, beam_size=4)
-    >>> translate(source_ids).ids
+        translate = decode_function(beam_search, model, beam_size=4)
+        translate(source_ids).ids
     """
     compiled = tf.function(lambda source_ids: decode(model, source_ids, **options),
                            jit_compile=True) if jit_compile else None
@@ -186,6 +186,16 @@ def has_source(source_ids, start_id, end_id, pad_id):
     """
     special = (source_ids == start_id) | (source_ids == end_id) | (source_ids == pad_id)
     return ops.any(ops.logical_not(special), axis=1)
+
+
+def step_options(hypotheses=1, write_cache=None):
+    """The keyword arguments of a `model.decode_step` call, only those not at their
+    defaults: a model that has neither (a test's stub, a user's model) is called as
+    `decode_step(token_ids, cache, index)`."""
+    options = {"hypotheses": hypotheses} if hypotheses > 1 else {}
+    if write_cache is not None:
+        options["write_cache"] = write_cache
+    return options
 
 
 def write_position(tokens, index, new_ids):

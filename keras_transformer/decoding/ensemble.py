@@ -32,8 +32,8 @@ class Ensemble:
         ValueError: fewer than two models, or members that disagree on the vocabulary.
 
     Example:
-    >>> ensemble = Ensemble([model_a, model_b])
-    >>> decoding.beam_search(ensemble, source_ids).ids
+        ensemble = Ensemble([model_a, model_b])
+        decoding.beam_search(ensemble, source_ids).ids
     """
 
     def __init__(self, models):
@@ -74,13 +74,16 @@ class Ensemble:
         return tuple(model.grow_cache(cache, max_length)
                      for model, cache in zip(self.models, caches))
 
-    def decode_step(self, token_ids, caches, index, hypotheses=1):
+    def decode_step(self, token_ids, caches, index, hypotheses=1, write_cache=None):
         """Returns `(log_probs, caches)`: float32 `(B, V)` log of the mean probability.
 
         Log-probabilities stand where a member returns logits: the decoders' log-softmax
-        leaves them as they are. `hypotheses` as in `Transformer.decode_step`.
+        leaves them as they are. `hypotheses` and `write_cache` as in
+        `Transformer.decode_step`.
         """
         options = {"hypotheses": hypotheses} if hypotheses > 1 else {}
+        if write_cache is not None:
+            options["write_cache"] = write_cache
         steps = [model.decode_step(token_ids, cache, index, **options)
                  for model, cache in zip(self.models, caches)]
         return self._mean_log_probs([logits for logits, _ in steps]), tuple(

@@ -14,6 +14,7 @@ from keras_transformer.decoding.common import (
     log_normalizers,
     put_back,
     staying_and_leaving,
+    step_options,
     token_bias,
     while_loop,
     write_position,
@@ -22,7 +23,7 @@ from keras_transformer.decoding.common import (
 
 def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
                   start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False,
-                  cache_chunk=None):
+                  cache_chunk=None, write_cache=None):
     """Translates `source_ids` by picking the most probable token at each step (cached).
 
     Each step feeds one token to `model.decode_step`. A sentence stops at its end token
@@ -46,6 +47,8 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
             (`common.chunked_loop`, for a model with `grow_cache`) instead of
             allocating all `max_length` at the start: the same outputs, for less memory
             traffic at every step. Not under XLA, which needs the cache's size fixed.
+        write_cache: how each step writes the cache (`Transformer.decode_step`); the
+            model's default when `None`.
 
     Returns:
         A `Decoded` with `normalized_scores=None`.
@@ -57,8 +60,10 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
     grow = getattr(model, "grow_cache", None) if cache_chunk else None
     cache = model.init_cache(encoder_output, source_ids, 0 if grow else buffer_length)
 
+    options = step_options(write_cache=write_cache)
+
     def step(tokens, index, cache):
-        return model.decode_step(tokens[:, index], cache, index)  # (B, V), cache
+        return model.decode_step(tokens[:, index], cache, index, **options)  # (B, V), cache
 
     nonempty = has_source(source_ids, start_id, end_id, pad_id)
     ids, scores = _greedy_loop(step, cache, limits, nonempty, buffer_length, start_id,

@@ -26,7 +26,7 @@ class Decoder(LayerStack):
 
     Example:
     >>> decoder = Decoder(num_layers=2, intermediate_dim=32, num_heads=2)
-    >>> decoder(np.ones((1, 4, 8)), np.ones((1, 6, 8))).shape
+    >>> tuple(decoder(np.ones((1, 4, 8)), np.ones((1, 6, 8))).shape)
     (1, 4, 8)
 
     References:
@@ -66,12 +66,13 @@ class Decoder(LayerStack):
                      for layer in self.decoder_layers]
         return [keys for keys, _ in projected], [values for _, values in projected]
 
-    def decode_step(self, x, cache, index, cross_attention_mask, hypotheses=1):
+    def decode_step(self, x, cache, index, cross_attention_mask, hypotheses=1,
+                    write_cache=None):
         """Runs one position `(B, D)` through every layer; returns `(x, cache)`.
 
         `cache` holds per-layer lists `self_keys`, `self_values`, `cross_keys`,
-        `cross_values` (see `DecoderLayer.decode_step`, also for `hypotheses`); other
-        entries pass through.
+        `cross_values` (see `DecoderLayer.decode_step`, also for `hypotheses` and
+        `write_cache`); other entries pass through.
         """
         cache = dict(cache)
         names = ("self_keys", "self_values", "cross_keys", "cross_values")
@@ -79,7 +80,7 @@ class Decoder(LayerStack):
         for i, layer in enumerate(self.decoder_layers):
             x, layer_cache = layer.decode_step(
                 x, {name: updated[name][i] for name in names}, index, cross_attention_mask,
-                hypotheses)
+                hypotheses, write_cache)
             for name in names:
                 updated[name][i] = layer_cache[name]
         cache.update(updated)

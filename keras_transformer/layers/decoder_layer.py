@@ -1,7 +1,5 @@
 """One decoder layer: masked self-attention, cross-attention, feed-forward (§3.1)."""
 
-import contextlib
-import contextvars
 import math
 
 import keras
@@ -43,7 +41,7 @@ class DecoderLayer(keras.layers.Layer):
 
     Example:
     >>> layer = DecoderLayer(intermediate_dim=32, num_heads=2)
-    >>> layer(np.ones((2, 4, 8)), np.ones((2, 6, 8))).shape
+    >>> tuple(layer(np.ones((2, 4, 8)), np.ones((2, 6, 8))).shape)
     (2, 4, 8)
 
     References:
@@ -128,13 +126,14 @@ class DecoderLayer(keras.layers.Layer):
         sentence."""
         return self.cross_attention.project_cached_key_value(encoder_output, encoder_output)
 
-    def decode_step(self, x, cache, index, cross_attention_mask, hypotheses=1):
+    def decode_step(self, x, cache, index, cross_attention_mask, hypotheses=1,
+                    write_cache=None):
         """Runs one target position against the cache of this layer.
 
         The cache is laid out as the attention reads it (see
-        `MultiHeadAttention.attend_cached`), and only position `index` is written
-        (`write_position`). A step works on `(B, D)` rows, one position per sentence,
-        which keeps every projection a plain matmul.
+        `MultiHeadAttention.attend_cached`), and only position `index` is written, by
+        `write_cache`. A step works on `(B, D)` rows, one position per sentence, which
+        keeps every projection a plain matmul.
 
         Args:
             x: float tensor `(B, D)`, the embedded token at position `index`.
@@ -147,18 +146,22 @@ class DecoderLayer(keras.layers.Layer):
                 mask (beam search's hypotheses per sentence; see
                 `MultiHeadAttention.attend_cached`). The self-attention entries have a
                 row per row of `x`.
+            write_cache: how to write one position of the cache: `write_by_scatter`
+                (`None`, the default) or `write_by_slice_update`, whichever the
+                runtime that will run the step writes in place.
 
         Returns:
             `(x, cache)`: `(B, D)` and the cache with position `index` written.
         """
         cache = dict(cache)
         cache_length = ops.shape(cache["self_values"])[2]
+        write = write_cache or write_by_scatter
 
         def self_attend(h):
             # keys (B, H, K, 1), values (B, H, 1, K)
             keys, values = self.self_attention.project_step_key_value(h)
-            cache["self_keys"] = write_position(cache["self_keys"], index, keys, axis=3)
-            cache["self_values"] = write_position(cache["self_values"], index, values, axis=2)
+            cache["self_keys"] = write(cache["self_keys"], index, keys, axis=3)
+            cache["self_values"] = write(cache["self_values"], index, values, axis=2)
             visible = ops.expand_dims(causal_mask(1, cache_length, query_offset=index),
                                       0)  # (1, 1, T_max)
             return self.self_attention.attend_cached(
@@ -186,41 +189,21 @@ class DecoderLayer(keras.layers.Layer):
                 "use_fused_attention": self.use_fused_attention}
 
 
-# How `write_position` writes: a scatter (the default), or a slice update while
-# `cache_writes_as_slice_updates` is active.
-_SLICE_UPDATES = contextvars.ContextVar("slice_updates", default=False)
+# Two ways to write one position of a cache (`decode_step`'s `write_cache`). Each is a
+# single-position write, not a select that reads and rewrites every position at every
+# step; which one a runtime runs in place is for the caller to know: TensorFlow
+# updates a scatter (`TensorScatterUpdate`, a core op) in place when it can, and runs a
+# slice update (`XlaDynamicUpdateSlice`) without XLA one op at a time, slower; TFLite
+# runs a slice update as its builtin `DYNAMIC_UPDATE_SLICE`, in place, and lowers a
+# scatter to `SCATTER_ND` plus arithmetic over the whole cache.
 
-
-@contextlib.contextmanager
-def cache_writes_as_slice_updates():
-    """Within this context, decoding steps traced write their cache with a slice update.
-
-    The fastest in-place write differs by runtime, and only the code that exports knows
-    which runtime a graph is traced for: TFLite runs a slice update as its builtin
-    `DYNAMIC_UPDATE_SLICE`, in place, where it lowers the default scatter to `SCATTER_ND`
-    plus arithmetic over the whole cache; TensorFlow without XLA runs the slice update
-    (`XlaDynamicUpdateSlice`) through XLA one op at a time, slower than its scatter.
-    """
-    token = _SLICE_UPDATES.set(True)
-    try:
-        yield
-    finally:
-        _SLICE_UPDATES.reset(token)
-
-
-def write_position(cache, index, new, axis):
-    """Returns `cache` with position `index` of `axis` set to `new` (size 1 on `axis`).
+def write_by_scatter(cache, index, new, axis):
+    """Returns `cache` with position `index` of `axis` set to `new` (size 1 on `axis`),
+    by a scatter.
 
     `cache` is `(B, ...)`, of one size through a decoding loop: `(B, H, K, T_max)` keys
-    (`axis=3`) or `(B, H, T_max, K)` values (`axis=2`). Only the one position is
-    written, not a select that reads and rewrites every position at every step: by a
-    scatter (`TensorScatterUpdate`, a core op, which TensorFlow updates in place when it
-    can) or, within `cache_writes_as_slice_updates`, by a slice update.
+    (`axis=3`) or `(B, H, T_max, K)` values (`axis=2`).
     """
-    if _SLICE_UPDATES.get():
-        start = [0] * len(cache.shape)
-        start[axis] = index
-        return ops.slice_update(cache, start, ops.cast(new, cache.dtype))
     shape = ops.shape(cache)
     inner = math.prod(shape[axis + 1:])
     rows = ops.reshape(cache, (-1, shape[axis], inner))  # (B·…, T_max, inner)
@@ -229,3 +212,10 @@ def write_position(cache, index, new, axis):
                          ops.full((count,), index, "int32")], axis=1)  # (B·…, 2)
     rows = ops.scatter_update(rows, indices, ops.reshape(new, (-1, inner)))
     return ops.reshape(rows, (-1, *shape[1:]))
+
+
+def write_by_slice_update(cache, index, new, axis):
+    """`write_by_scatter`'s write, by a slice update."""
+    start = [0] * len(cache.shape)
+    start[axis] = index
+    return ops.slice_update(cache, start, ops.cast(new, cache.dtype))

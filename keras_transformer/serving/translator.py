@@ -37,7 +37,7 @@ from keras_transformer.files import (
     PAPER_BEAM_SIZE,
     PAPER_LENGTH_PENALTY,
 )
-from keras_transformer.layers.decoder_layer import cache_writes_as_slice_updates
+from keras_transformer.layers.decoder_layer import write_by_slice_update
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
 
@@ -73,8 +73,8 @@ class Translator(tf.Module):
         name: str. Module name.
 
     Example:
-    >>> translator = Translator(model, tokenizer)
-    >>> translator.translate(tf.constant(["A man rides a bike."]))["translations"]
+        translator = Translator(model, tokenizer)
+        translator.translate(tf.constant(["A man rides a bike."]))["translations"]
     """
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
@@ -118,21 +118,23 @@ class Translator(tf.Module):
         """Beam-search translation; same inputs and outputs as `translate`."""
         return self._translate(sentences, beam=True)
 
-    def _translate(self, sentences, beam):
+    def _translate(self, sentences, beam, write_cache=None):
         source_ids = self.source_ids(sentences)
-        if self.jit_compile:
+        if self.jit_compile and write_cache is None:
             decoded = self._untracked.compiled[beam](source_ids)
         else:
-            decoded = self._decoder(beam)(self.model, source_ids)
+            decoded = self._decoder(beam, write_cache)(self.model, source_ids)
         return {"translations": self.detokenize(decoded.ids),
                 "token_ids": decoded.ids, "scores": decoded.scores}
 
-    def _decoder(self, beam):
-        """Returns `decode(model, source_ids) -> Decoded` with this translator's options."""
+    def _decoder(self, beam, write_cache=None):
+        """Returns `decode(model, source_ids) -> Decoded` with this translator's options
+        (`write_cache`: see `layers.decoder_layer.DecoderLayer.decode_step`)."""
         # XLA compiles fixed shapes only: its decoders allocate the whole cache at once.
         options = dict(max_length=self.max_output_length, extra_length=self.extra_length,
                        start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
-                       cache_chunk=None if self.jit_compile else CACHE_CHUNK)
+                       cache_chunk=None if self.jit_compile else CACHE_CHUNK,
+                       write_cache=write_cache)
         if beam:
             return functools.partial(decoding.beam_search, beam_size=self.beam_size,
                                      length_penalty=self.length_penalty, **options)
@@ -156,14 +158,15 @@ class Translator(tf.Module):
         """Returns the concrete functions to convert to TFLite, each named as its signature.
 
         The same functions as `signatures`, traced apart (once per translator) with the
-        cache writes TFLite runs in place (`cache_writes_as_slice_updates`).
+        cache writes TFLite runs in place: slice updates, its `DYNAMIC_UPDATE_SLICE`
+        (`layers.decoder_layer.write_by_slice_update`).
         """
         _check_exportable(self)
         if getattr(self._untracked, "tflite_signatures", None) is None:
-            with cache_writes_as_slice_updates():
-                self._untracked.tflite_signatures = [
-                    _named_function(name, functools.partial(self._translate, beam=beam))
-                    for name, beam in ((GREEDY_SIGNATURE, False), (BEAM_SIGNATURE, True))]
+            self._untracked.tflite_signatures = [
+                _named_function(name, functools.partial(
+                    self._translate, beam=beam, write_cache=write_by_slice_update))
+                for name, beam in ((GREEDY_SIGNATURE, False), (BEAM_SIGNATURE, True))]
         return self._untracked.tflite_signatures
 
 
