@@ -14,7 +14,7 @@ from keras_transformer import files
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, START_ID
 from keras_transformer.model import Transformer
-from keras_transformer.serving import runners
+from keras_transformer.serving import artifacts, runners
 from keras_transformer.serving.self_check import token_sequences
 from keras_transformer.serving.translator import Translator
 from tests import export_helpers
@@ -90,7 +90,7 @@ def test_both_directories_hold_what_a_runner_needs(tmp_path):
         directory = tmp_path / name
         assert files.is_ctranslate2_dir(directory)
         assert not files.is_run_dir(directory)  # it has a config.json of its own
-        assert runners.resolve_artifact(str(directory)) == str(directory)
+        assert artifacts.resolve_artifact(str(directory)) == str(directory)
         assert entry[name]["quantization"] == quantization
         tokenizer_model = (directory / files.TOKENIZER_MODEL).read_bytes()
         assert tokenizer_model == export_helpers.tiny_tokenizer().model_proto

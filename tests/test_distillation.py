@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from keras_transformer import cli, files, translate
+from keras_transformer import cli, files, runs, translate
 from keras_transformer import config as config_lib
 from keras_transformer.data import corpus, text
 from keras_transformer.serving import runners
@@ -35,7 +35,7 @@ class Teacher:
 @pytest.fixture
 def teacher_run(tmp_path, fixture_corpus_dir):
     run = tmp_path / "teacher"
-    saved_model = pathlib.Path(runners.run_saved_model(str(run)))
+    saved_model = pathlib.Path(runs.saved_model_dir(str(run)))
     saved_model.mkdir(parents=True)
     (saved_model / "saved_model.pb").touch()
     preset = config_lib.preset_config("tiny")
@@ -100,7 +100,7 @@ def test_distillation_refuses_to_continue_another_teachers_translations(
     distillation.distill(str(teacher_run), str(output), verbose=False)
     with pytest.raises(ValueError, match="another teacher"):
         distillation.distill(str(teacher_run), str(output), beam=True, verbose=False)
-    saved_model = pathlib.Path(runners.run_saved_model(str(teacher_run)))
+    saved_model = pathlib.Path(runs.saved_model_dir(str(teacher_run)))
     (saved_model / "saved_model.pb").write_bytes(b"re-exported")
     with pytest.raises(ValueError, match="another teacher"):
         distillation.distill(str(teacher_run), str(output), verbose=False)

@@ -100,9 +100,9 @@ def test_saved_model_holds_each_translation_function_once(exported):
 # last five. Such a block is mapped afresh at each request by glibc's default.
 _REALLOCATING = """
 import ctypes, resource, sys
-from keras_transformer.serving import runners
+from keras_transformer.serving import litert
 if sys.argv[1] == "reuse":
-    runners.reuse_freed_memory()
+    litert.reuse_freed_memory()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 size = 64 << 20

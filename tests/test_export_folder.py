@@ -13,7 +13,7 @@ import time
 import pytest
 
 from keras_transformer import files
-from keras_transformer.serving import export, export_folder, runners
+from keras_transformer.serving import artifacts, export, export_folder, runners
 from tests.conftest import FIXTURES, REPOSITORY
 
 RUN = FIXTURES / "artifacts_v0_1" / "run"  # a trained one-layer tiny run
@@ -152,7 +152,7 @@ def test_an_export_killed_at_any_point_leaves_one_whole_export(exported_run, tmp
             # Between the two renames of a system that cannot swap folders: no export
             # folder, both exports whole beside it. Opening the run puts the previous back.
             assert not export_dir.exists()
-            runners.open_runner(runners.resolve_artifact(str(run_dir)))
+            runners.open_runner(artifacts.resolve_artifact(str(run_dir)))
             found = assert_one_whole_export(export_dir)
             assert found == previous, point
         else:

@@ -11,7 +11,7 @@ import pytest
 
 from keras_transformer import cli, files, translate
 from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.serving import runners
+from keras_transformer.serving import artifacts, runners
 from tests.export_helpers import tiny_export, validation_sentences
 
 
@@ -84,7 +84,7 @@ def exported(tmp_path_factory):
 def test_batching_by_tokens_translates_like_one_sentence_a_call(exported, tmp_path,
                                                                 monkeypatch):
     sentences = list(validation_sentences())[:40]
-    count = runners.token_counter(exported.tflite)
+    count = artifacts.token_counter(exported.tflite)
     one_by_one = runners.TFLiteRunner(exported.tflite)
     expected = [runners.translations(one_by_one([sentence]))[0] for sentence in sentences]
 
@@ -112,7 +112,7 @@ def test_batching_by_tokens_translates_like_one_sentence_a_call(exported, tmp_pa
 def test_the_token_count_is_the_source_ids_the_artifact_decodes(exported):
     sentences = list(validation_sentences())[:10]
     source_ids = exported.translator.source_ids(sentences).numpy()
-    assert runners.token_counter(exported.saved_model)(sentences) == [
+    assert artifacts.token_counter(exported.saved_model)(sentences) == [
         int((row != PAD_ID).sum()) for row in source_ids]
 
 

@@ -1,1 +1,3 @@
-"""The exported translator: its module, the export writer, op checks, self-check, runners."""
+"""The exported translator: its module (`translator`), the export writer (`export`,
+`export_folder`, `ctranslate2_export`), op checks and self-check, and what runs it
+(`runners`, on the artifact a path names: `artifacts`; LiteRT's set-up: `litert`)."""

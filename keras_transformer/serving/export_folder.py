@@ -189,7 +189,7 @@ def check_consistent(folder):
         try:
             report = json.load(file)
         except json.JSONDecodeError:
-            return  # `runners.export_report` names the broken file
+            return  # `artifacts.export_report` names the broken file
     export_id = report.get("export_id") if isinstance(report, dict) else None
     if export_id is None:
         return

@@ -2,7 +2,7 @@
 
 Commands that run an exported translator take a SavedModel directory, a `.tflite` file,
 a CTranslate2 directory (`export --ctranslate2`), or a run directory, which stands for
-the SavedModel that `export RUN_DIR` writes into it (`resolve_artifact`).
+the SavedModel that `export RUN_DIR` writes into it (`artifacts.resolve_artifact`).
 
 The same `string[B]` signature is called three ways: through `tf.saved_model.load`
 (TensorFlow 2), through the session-based loader that TF Serving and `saved_model_cli`
@@ -19,25 +19,18 @@ Public API:
       `runner(sentences) -> dict`.
     - `open_runner(path, beam=False, session=False)`: the runner an artifact needs.
     - `translations(outputs)`: the `translations` output as a list of `str`.
-    - `resolve_artifact(path, export_if_missing=False)`: the artifact a path names.
-    - `export_report(artifact)`: the report `export` wrote beside an artifact, if any.
     - `ModuleRunner(translator, beam=False)`: a runner over a `Translator` in memory.
-    - `reuse_freed_memory()`: glibc's malloc tuned for LiteRT's loops (`TFLiteRunner`).
 """
 
-import ctypes
-import functools
-import importlib.util
 import json
 import logging
 import os
-import platform
 
 import numpy as np
 
 from keras_transformer import files
 from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
-from keras_transformer.serving import export_folder
+from keras_transformer.serving import export_folder, litert
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +39,6 @@ logger = logging.getLogger(__name__)
 CTRANSLATE2_DEFAULT_THREADS = 1
 # TensorFlow's threads for a SavedModel unless asked (`set_tensorflow_threads`).
 SAVED_MODEL_DEFAULT_THREADS = 1
-
-# glibc's `mallopt` parameters (malloc.h) and the values `reuse_freed_memory` sets.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_TRIM_THRESHOLD_BYTES, _MMAP_THRESHOLD_BYTES = 1 << 30, 1 << 28
 
 _EMPTY_OUTPUTS = {"translations": np.zeros([0], object),
                   "token_ids": np.zeros([0, 0], np.int32), "scores": np.zeros([0], np.float32)}
@@ -154,7 +143,7 @@ class SessionRunner:
 class TFLiteRunner:
     """Calls a `.tflite` translator with LiteRT and tf-text's TFLite kernels.
 
-    TensorFlow's Python package is not imported (see `tf_text_tflite_kernels`).
+    TensorFlow's Python package is not imported (see `litert.tf_text_kernels`).
 
     Args:
         model: str path of a `.tflite` file, or its bytes.
@@ -166,13 +155,13 @@ class TFLiteRunner:
         # Here: see SavedModelRunner.
         from ai_edge_litert.interpreter import InterpreterWithCustomOps
 
-        reuse_freed_memory()
+        litert.reuse_freed_memory()
         in_memory = isinstance(model, (bytes, bytearray))
         source = ({"model_content": bytes(model)} if in_memory
                   else {"model_path": os.fspath(model)})
         try:
             self._interpreter = InterpreterWithCustomOps(
-                custom_op_registerers=tf_text_tflite_kernels(), num_threads=threads,
+                custom_op_registerers=litert.tf_text_kernels(), num_threads=threads,
                 **source)
         except ValueError as error:  # LiteRT's message names no file
             name = "the TFLite model" if in_memory else os.fspath(model)
@@ -187,26 +176,6 @@ class TFLiteRunner:
             return {name: value.copy() for name, value in _EMPTY_OUTPUTS.items()}
         # The runner resizes the input to the batch and copies the outputs out.
         return self._runner(**{INPUT_NAME: encode_sentences(sentences)})
-
-
-@functools.cache
-def reuse_freed_memory():
-    """Makes glibc's malloc keep the memory this process frees, for its next requests.
-
-    LiteRT's `WHILE` reallocates the loop's dynamic tensors (the decoding caches, a
-    megabyte and more at batch 32) at every step. glibc serves blocks that large with
-    `mmap` and returns them, or the top of its heap, to the system when they are freed,
-    so every step faulted freshly zeroed pages in (the kernel's page-fault and
-    page-clearing code in a profile of beam search). With no `mmap` below 256 MB and
-    no trimming below 1 GB, freed blocks are reused: the process keeps the memory its
-    largest batch needed instead of giving it back between steps. Process-wide, set
-    once; nothing happens with another C library.
-    """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return
-    mallopt = ctypes.CDLL(None).mallopt
-    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
 
 
 class CTranslate2Runner:
@@ -289,69 +258,6 @@ class CTranslate2Runner:
         return limit
 
 
-@functools.cache
-def tf_text_tflite_kernels():
-    """Returns tf-text's TFLite kernel registrars, loaded without importing TensorFlow.
-
-    `import tensorflow_text` imports TensorFlow (2.5 to 6 s); its TFLite kernels live in
-    one extension module that needs only TensorFlow's framework library, loaded first
-    with its symbols global. The same registrars as `SELECT_TFTEXT_OPS` (every `Add…`).
-    """
-    tensorflow = importlib.util.find_spec("tensorflow").submodule_search_locations[0]
-    text = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
-    ctypes.CDLL(os.path.join(tensorflow, "libtensorflow_framework.so.2"),
-                mode=ctypes.RTLD_GLOBAL)
-    path = os.path.join(text, "core", "pybinds", "tflite_registrar.so")
-    spec = importlib.util.spec_from_file_location(
-        "tensorflow_text.core.pybinds.tflite_registrar", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [getattr(module, name) for name in sorted(dir(module)) if name.startswith("Add")]
-
-
-def tokenizer_model(artifact):
-    """Returns the path of the SentencePiece model behind `artifact`, or `None`.
-
-    The model the artifact tokenizes with: `tokenizer.model` in a CTranslate2 directory
-    or beside the artifacts of an export directory (`export` writes it there), else the
-    run's own (`RUN_DIR/tokenizer/`, for a run directory or for what it exported).
-    """
-    path = os.path.normpath(os.fspath(artifact))
-    folder = path if files.is_ctranslate2_dir(path) else os.path.dirname(path)
-    candidates = [os.path.join(folder, files.TOKENIZER_MODEL),
-                  os.path.join(os.path.dirname(folder), files.TOKENIZER, files.TOKENIZER_MODEL)]
-    if files.is_run_dir(path):
-        candidates.insert(0, os.path.join(path, files.TOKENIZER, files.TOKENIZER_MODEL))
-    return next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
-
-
-def token_counter(artifact):
-    """Returns `count(sentences) -> list of int`: the source ids `artifact` decodes from.
-
-    Counts SentencePiece pieces plus START and END with the artifact's own tokenizer
-    (`tokenizer_model`), in Python: no TensorFlow.
-
-    Raises:
-        FileNotFoundError: no tokenizer model was found; the message says where to put it.
-    """
-    path = tokenizer_model(artifact)
-    if path is None:
-        raise FileNotFoundError(
-            f"Counting tokens needs the tokenizer of {artifact}: put the run's "
-            f"{files.TOKENIZER}/{files.TOKENIZER_MODEL} beside it (export writes it "
-            "there), or batch by sentences.")
-    import sentencepiece  # here: only token counts need it
-
-    processor = sentencepiece.SentencePieceProcessor(model_file=path)
-
-    def count(sentences):
-        texts = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s)
-                 for s in sentences]
-        return [len(ids) + 2 for ids in processor.encode(texts)]
-
-    return count
-
-
 def open_runner(path, beam=False, session=False, threads=None):
     """Returns the runner for the artifact at `path`.
 
@@ -378,78 +284,6 @@ def translations(outputs):
     """Returns the `translations` output as a list of `str` (invalid UTF-8 replaced)."""
     return [text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
             for text in np.asarray(outputs["translations"]).reshape([-1])]
-
-
-def run_saved_model(run_dir):
-    """Returns where `export RUN_DIR` writes the run's SavedModel."""
-    return os.path.join(run_dir, files.EXPORT_DIR, files.SAVED_MODEL)
-
-
-def resolve_artifact(path, *, export_if_missing=False, verbose=True):
-    """Returns the artifact that `path` names: a run directory means its SavedModel.
-
-    Args:
-        path: str. A SavedModel directory, a `.tflite` file, a CTranslate2 directory, or
-            a run directory (one with a `config.json`), whose `export/saved_model` is
-            used.
-        export_if_missing: bool. Export a run directory that has no SavedModel yet (as
-            `export RUN_DIR` does, with its newest weights) instead of failing.
-        verbose: bool. Log a line when exporting.
-
-    Raises:
-        FileNotFoundError: when there is no artifact at `path`; for a run directory,
-            with the command that exports it.
-    """
-    path = os.fspath(path)
-    if os.path.isfile(path) and path.endswith(".tflite"):
-        return path
-    if os.path.isfile(os.path.join(path, "saved_model.pb")) or files.is_ctranslate2_dir(path):
-        return path
-    if not files.is_run_dir(path):
-        raise FileNotFoundError(
-            f"{path!r} is neither a SavedModel directory (with saved_model.pb), a .tflite "
-            f"file, a CTranslate2 directory (with {files.CTRANSLATE2_MODEL} and "
-            f"{files.CTRANSLATE2_OPTIONS}) nor a run directory (with config.json).")
-    export_folder.recover(os.path.join(path, files.EXPORT_DIR))
-    saved_model = run_saved_model(path)
-    if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
-        return saved_model
-    if not export_if_missing:
-        raise FileNotFoundError(
-            f"Run directory {path!r} has no exported SavedModel at {saved_model!r}: "
-            f"export it first with `keras-transformer export {path}`.")
-    if verbose:
-        logger.info("%s has no export yet: exporting it (keras-transformer export %s).",
-                    path, path)
-    # Imported here: exporting needs TensorFlow and the model, translating neither.
-    from keras_transformer.serving import export
-
-    export.export_run(path)
-    return saved_model
-
-
-def export_report(artifact):
-    """Returns the report that `export` wrote beside `artifact`, or `None` without one.
-
-    Args:
-        artifact: str. A SavedModel directory or a `.tflite` file of an export directory.
-
-    Raises:
-        ValueError: the report is there but not a JSON object (it names the file).
-    """
-    path = os.path.join(os.path.dirname(os.path.normpath(os.fspath(artifact))),
-                        files.REPORT_JSON)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as file:
-            report = json.load(file)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a valid export report ({error}). Export the run "
-                         "again, or delete the report.") from None
-    if not isinstance(report, dict):
-        raise ValueError(f"{path}: not a valid export report (not a JSON object).")
-    return report
 
 
 class ModuleRunner:
