@@ -300,12 +300,7 @@ def score_beam_search(translator, sources, references, batch_size=64):
         dict: `bleu`, `chrf`, `length_ratio` (hypothesis / reference length), `seconds`
         spent translating, and `bleu_text` (sacreBLEU's line with its signature).
     """
-    import tensorflow as tf  # here: JAX-only scripts import this module too
-
-    def runner(sentences):
-        return {key: value.numpy() for key, value in translator.translate_beam(
-            tf.constant(runners.encode_sentences(sentences))).items()}
-
+    runner = runners.ModuleRunner(translator, beam=True)
     started = time.perf_counter()
     hypotheses = evaluation.translate_file_lines(runner, sources, batch_size, verbose=False)
     seconds = time.perf_counter() - started

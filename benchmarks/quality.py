@@ -16,7 +16,6 @@ training (its recorded time is reused) and redoes the choices, export and scorin
 """
 
 import argparse
-import dataclasses
 import datetime
 import gzip
 import os
@@ -25,8 +24,8 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import common  # noqa: E402
+from keras_transformer import cli, files, recipe  # noqa: E402
 from keras_transformer import config as config_lib  # noqa: E402
-from keras_transformer import files, recipe  # noqa: E402
 
 RESULTS_FILE = "BENCHMARKS.md"
 TABLE_HEADING = "## Translation quality: Multi30K, chosen on validation"
@@ -47,28 +46,12 @@ TABLE_HEADER = (
 
 
 def parse_arguments(argv=None):
+    """The recipe command's options (`cli.add_recipe_options`), and the row's."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.quality",
         description="Run the recipe (train, choose on validation, export, score every "
                     "test split) and record it in BENCHMARKS.md and a JSON file.")
-    parser.add_argument("--preset", default=config_lib.DEFAULT_PRESET,
-                        choices=sorted(config_lib.PRESETS),
-                        help=f"recipe to train (default: {config_lib.DEFAULT_PRESET})")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help="local Multi30K directory (default: download)")
-    parser.add_argument("--run-dir", metavar="DIR",
-                        help="run directory (default: runs/quality-<preset>-<source>-"
-                             "<target>-<UTC time>); a finished one is not trained again")
-    parser.add_argument("--minutes", type=float,
-                        help="training time budget in wall-clock minutes (sets "
-                             "train.time_budget_minutes). Default: the recipe's epochs")
-    parser.add_argument("--beam-sizes", type=int, nargs="+", action=common.ListOption,
-                        default=list(recipe.Choices().beam_sizes),
-                        help="beam sizes to choose from on validation")
-    parser.add_argument("--length-penalties", type=float, nargs="+",
-                        action=common.ListOption,
-                        default=list(recipe.Choices().length_penalties),
-                        help="values of α to choose from on validation")
+    cli.add_recipe_options(parser)
     parser.add_argument("--id", default="", help="short id of the row (e.g. 'q3')")
     parser.add_argument("--note", default="", help="what this run tries, for the table")
     parser.add_argument("--results", default=RESULTS_FILE, metavar="FILE",
@@ -77,23 +60,7 @@ def parse_arguments(argv=None):
     parser.add_argument("--json", metavar="FILE",
                         help="result JSON (default: benchmarks/results/quality-<UTC time>"
                              ".json)")
-    parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
-                        help="config overrides, e.g. target_language=fr dropout=0.2")
     return parser.parse_intermixed_args(argv)
-
-
-def make_config(arguments):
-    """Returns the `Config` the run trains: preset, overrides, then the options."""
-    config = config_lib.override(config_lib.preset_config(arguments.preset),
-                                 arguments.overrides)
-    data, train = config.data, config.train
-    if arguments.data_dir is not None:
-        data = dataclasses.replace(data, data_dir=arguments.data_dir)
-    if arguments.minutes is not None:
-        # The budget ends the run; the epoch count only has to be out of its way.
-        train = dataclasses.replace(train, time_budget_minutes=arguments.minutes,
-                                    epochs=max(train.epochs, 1000))
-    return dataclasses.replace(config, data=data, train=train)
 
 
 def keep_translations(run_dir, result, json_path):
@@ -185,20 +152,19 @@ def append_row(path, row):
 def main(argv=None):
     arguments = parse_arguments(argv)
     try:
-        config = make_config(arguments)
+        config, _ = cli.recipe_config(arguments)
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     data = config.data
+    preset = arguments.preset or config_lib.DEFAULT_PRESET
     run_dir = arguments.run_dir or os.path.join(
-        "runs", f"quality-{arguments.preset}-{data.source_language}-"
-                f"{data.target_language}-{stamp}")
+        "runs", f"quality-{preset}-{data.source_language}-{data.target_language}-{stamp}")
     json_path = arguments.json or os.path.join("benchmarks", "results",
                                                f"quality-{stamp}.json")
     result = common.header(arguments)
-    choices = dataclasses.replace(recipe.Choices(), beam_sizes=tuple(arguments.beam_sizes),
-                                  length_penalties=tuple(arguments.length_penalties))
-    measured = recipe.run_recipe(config, run_dir, choices=choices, check=False)
+    measured = recipe.run_recipe(config, run_dir, choices=cli.recipe_choices(arguments),
+                                 check=False)
     result.update(measured, run_dir=run_dir, id=arguments.id, note=arguments.note,
                   load_average_end=common.load_average())
     result["translations"] = keep_translations(run_dir, result, json_path)

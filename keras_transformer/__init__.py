@@ -4,7 +4,8 @@
 
     config = kt.preset_config("tiny")                 # or "multi30k", "paper_base", ...
     kt.train(config, "runs/tiny")                     # model.fit, resumable
-    translate = kt.load_translator("runs/tiny")       # run dir or any exported artifact
+    translate = kt.load_translator("runs/tiny")       # a kt.LoadedTranslator: run dir or
+                                                      # any exported artifact
     translate(["A man rides a bike."])                # -> ["Ein Mann fährt Fahrrad."]
 
 The package follows the data flow: `data` (text → ids → batches), `layers` and `model`,
@@ -39,6 +40,7 @@ _EXPORTS = {
     "Translator": "keras_transformer.serving.translator",
     "export_run": "keras_transformer.serving.export",
     "load_translator": "keras_transformer.translate",
+    "LoadedTranslator": "keras_transformer.translate",
     "evaluate": "keras_transformer.evaluation",
 }
 

@@ -13,8 +13,8 @@ exits with 1. Library messages and progress bars go to stderr, results to stdout
 TensorFlow's start-up lines are dropped unless `--verbose`, which also shows the
 traceback behind an error.
 
-Only modules that need nothing beyond the standard library (`config`, `files`, the
-fuzzer's generator) are imported here; the others (TensorFlow, Keras, NumPy for the
+Only modules that need nothing beyond the standard library (`config`, `files`, `runs`,
+the fuzzer's generator) are imported here; the others (TensorFlow, Keras, NumPy for the
 runners) by the verb that needs them, when it runs: `--help` then answers at once, and
 TensorFlow loads only after its start-up output is set to be dropped.
 """
@@ -30,7 +30,7 @@ import sys
 import threading
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.tools import fuzzing
 
 PROGRAM = "keras-transformer"
@@ -241,33 +241,19 @@ def _add_threads_option(parser):
                              "LiteRT's), CTranslate2's (default: 1)")
 
 
-def _add_decoder_options(parser, default="greedy decoding"):
+def _add_decoder_options(parser):
     parser.add_argument("--beam", action="store_true",
                         help=f"beam search (the artifact's: beam {files.PAPER_BEAM_SIZE}, α "
-                             f"{files.PAPER_LENGTH_PENALTY} unless exported otherwise) "
-                             f"instead of {default}")
+                             f"{files.PAPER_LENGTH_PENALTY} unless exported otherwise; on a "
+                             "run directory, the run's choice) instead of greedy decoding")
     parser.add_argument("--beam-size", type=_positive_int, metavar="N",
                         help="beam search with N hypotheses (implies --beam; on an "
                              "artifact, the exported size)")
     parser.add_argument("--length-penalty", type=_non_negative_float, metavar="ALPHA",
                         help="α of beam search's length penalty (implies --beam)")
-
-
-def _beam_size(args):
-    """The beam size the decoder options ask for: `None` for greedy decoding."""
-    if args.beam_size is not None:
-        return args.beam_size
-    if args.beam or args.length_penalty is not None:
-        if files.is_run_dir(args.artifact):
-            return files.PAPER_BEAM_SIZE
-        return _exported_beam_size(args.artifact)
-    return None
-
-
-def _exported_beam_size(artifact):
-    from keras_transformer.serving import runners  # NumPy: see the module docstring
-    report = runners.export_report(artifact) or {}
-    return report.get("translator", {}).get("beam_size", files.PAPER_BEAM_SIZE)
+    parser.add_argument("--greedy", action="store_true",
+                        help="greedy decoding on a run directory whose choice on "
+                             "validation (recipe) is beam search, which it uses by default")
 
 
 def _add_config_options(parser):
@@ -368,7 +354,9 @@ def _train(args):
           f"tensorboard --logdir {os.path.join(run_dir, files.LOGS)}")
 
 
-def _add_recipe(parser):
+def add_recipe_options(parser):
+    """The recipe's options: the config's, the time budget and the candidates to choose
+    from (also those of `benchmarks.quality`, which records a recipe)."""
     _add_config_options(parser)
     parser.add_argument("--time-budget-minutes", type=float, metavar="M",
                         help="train for M minutes of wall-clock time instead of the "
@@ -380,6 +368,30 @@ def _add_recipe(parser):
                                                 "(default: 0.6,0.8,1.0)")
     parser.add_argument("--beam-sizes", type=_list_of(_positive_int), metavar="N,M,...",
                         help="beam sizes to choose from on validation (default: 4)")
+
+
+def recipe_config(args):
+    """Returns `(config, run_dir)` of the recipe's options (`add_recipe_options`)."""
+    config, run_dir = make_config(args)
+    if args.time_budget_minutes is not None:
+        # The budget ends the run; the epoch count only has to be out of its way.
+        config = dataclasses.replace(config, train=dataclasses.replace(
+            config.train, time_budget_minutes=args.time_budget_minutes,
+            epochs=max(config.train.epochs, 1000)))
+    return config, run_dir
+
+
+def recipe_choices(args):
+    """Returns the `recipe.Choices` of the recipe's options (imports TensorFlow)."""
+    from keras_transformer import recipe
+    defaults = recipe.Choices()
+    return dataclasses.replace(
+        defaults, beam_sizes=tuple(args.beam_sizes or defaults.beam_sizes),
+        length_penalties=tuple(args.length_penalties or defaults.length_penalties))
+
+
+def _add_recipe(parser):
+    add_recipe_options(parser)
     parser.add_argument("--no-check", action="store_true",
                         help="skip the export's self-check")
     parser.epilog = """\
@@ -391,19 +403,11 @@ exported SavedModel on every test split, beam and greedy. Run it again on the sa
 
 
 def _recipe(args):
-    config, run_dir = make_config(args)
-    if args.time_budget_minutes is not None:
-        # The budget ends the run; the epoch count only has to be out of its way.
-        config = dataclasses.replace(config, train=dataclasses.replace(
-            config.train, time_budget_minutes=args.time_budget_minutes,
-            epochs=max(config.train.epochs, 1000)))
+    config, run_dir = recipe_config(args)
     _load_tensorflow(args.verbose)
     from keras_transformer import recipe
-    defaults = recipe.Choices()
-    choices = dataclasses.replace(
-        defaults, beam_sizes=tuple(args.beam_sizes or defaults.beam_sizes),
-        length_penalties=tuple(args.length_penalties or defaults.length_penalties))
-    result = recipe.run_recipe(config, run_dir, choices=choices, check=not args.no_check)
+    result = recipe.run_recipe(config, run_dir, choices=recipe_choices(args),
+                               check=not args.no_check)
     selection = result["selection"]
     print(f"Chosen on validation ({selection['sentences']} sentences): "
           f"{selection['weights']}, beam {selection['beam_size']}, "
@@ -436,15 +440,16 @@ def _average(args):
 def _add_export(parser):
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run to export")
     parser.add_argument("--weights", help="'averaged', 'final', 'latest' or a weights "
-                                          "file (default: the newest)")
+                                          "file (default: the run's choice, else the "
+                                          "newest)")
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="folder to write (default: RUN_DIR/export)")
-    parser.add_argument("--beam-size", type=_positive_int, default=files.PAPER_BEAM_SIZE,
-                        metavar="N", help="beam size of the beam_search signature "
-                                          f"(default: {files.PAPER_BEAM_SIZE}, §6.1)")
-    parser.add_argument("--length-penalty", type=_non_negative_float,
-                        default=files.PAPER_LENGTH_PENALTY, metavar="ALPHA",
-                        help=f"α of its length penalty (default: {files.PAPER_LENGTH_PENALTY})")
+    parser.add_argument("--beam-size", type=_positive_int, metavar="N",
+                        help="beam size of the beam_search signature (default: the run's "
+                             f"choice, else {files.PAPER_BEAM_SIZE}, §6.1)")
+    parser.add_argument("--length-penalty", type=_non_negative_float, metavar="ALPHA",
+                        help="α of its length penalty (default: the run's choice, else "
+                             f"{files.PAPER_LENGTH_PENALTY})")
     parser.add_argument("--max-output-length", type=_positive_int, metavar="N",
                         help="most output tokens (default: the model's max_length - 1)")
     parser.add_argument("--no-quantize", action="store_true",
@@ -463,9 +468,9 @@ def _add_export(parser):
 
 
 def _export(args):
-    from keras_transformer.training import runs
     for run_dir in [args.run_dir, *args.ensemble]:
         runs.load_config(run_dir)  # names a missing or broken run before minutes of work
+    runs.load_choice(args.run_dir)  # and a broken choice
     if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
         raise UsageError(f"--output {args.output} is a file: name a folder to write into.")
     _load_tensorflow(args.verbose)
@@ -558,9 +563,10 @@ def _translate(args):
 
 def _load_translator(args):
     from keras_transformer import translate  # NumPy: see the module docstring
-    beam_size = _beam_size(args)
-    translator = translate.load_translator(args.artifact, beam_size=beam_size,
+    translator = translate.load_translator(args.artifact, beam=args.beam,
+                                         beam_size=args.beam_size,
                                          length_penalty=args.length_penalty,
+                                         greedy=args.greedy,
                                          batch_size=args.batch_size,
                                          batch_tokens=getattr(args, "batch_tokens", None),
                                          session=getattr(args, "session", False),
@@ -664,10 +670,10 @@ def _fuzz(args):
     files.check_output_file("--output", args.output)
     if not all(artifact.endswith(".tflite") for artifact in args.artifacts):
         _load_tensorflow(args.verbose)
-    from keras_transformer.serving import runners  # NumPy: see the module docstring
+    from keras_transformer.serving import artifacts, runners  # NumPy: see the docstring
     reports = {}
     for artifact in args.artifacts:
-        runner = runners.open_runner(runners.resolve_artifact(artifact))
+        runner = runners.open_runner(artifacts.resolve_artifact(artifact))
         reports[artifact] = fuzzing.fuzz(runner, fuzzing.generate_batches(
             args.seed, args.count, args.max_batch), args.max_seconds)
         print(json.dumps({artifact: reports[artifact]}, indent=2), flush=True)

@@ -25,10 +25,10 @@ import os
 from sacrebleu.metrics import BLEU, CHRF
 
 from keras_transformer import config as config_lib
-from keras_transformer import files, translate
+from keras_transformer import files, runs, translate
 from keras_transformer.data import corpus
 from keras_transformer.data.text import read_lines
-from keras_transformer.serving import runners
+from keras_transformer.serving import artifacts
 
 # Each metric is a fresh object per call: sacreBLEU objects cache reference statistics.
 _METRICS = {"bleu": BLEU, "chrf": CHRF}
@@ -117,16 +117,22 @@ def score_files(runner, source, reference, *, batch_size=64, output=None, verbos
     return scores
 
 
-def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=False,
-             output=None, json_path=None, export_if_missing=True, verbose=True):
+def evaluate(artifact, source, reference, *, batch_size=64, beam=False, beam_size=None,
+             length_penalty=None, greedy=False, session=False, output=None, json_path=None,
+             export_if_missing=True, verbose=True):
     """Translates the `source` file with `artifact` and scores it against `reference`.
+
+    The `evaluate` verb's path from Python: `translate.load_translator` opens the
+    translator (see there for how a run directory and an artifact decode), then
+    `evaluate_splits` scores it.
 
     Args:
         artifact: str. A SavedModel directory, a `.tflite` file or a run directory.
         source: str. Source sentences, one per line (plain text or `.gz`).
         reference: str. Reference translations, line-aligned with `source`.
         batch_size: int. Sentences per call of the translator.
-        beam: bool. Use the artifact's beam-search signature instead of greedy decoding.
+        beam, beam_size, length_penalty, greedy: the decoder, as in
+            `translate.load_translator`.
         session: bool. Load the SavedModel with the session-based loader that TF
             Serving uses, instead of `tf.saved_model.load`.
         output: optional str. Where to write the translations, one per line.
@@ -135,24 +141,22 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, session=
         verbose: bool. Show a progress bar.
 
     Returns:
-        The dict of `score`, plus what was scored: `"artifact"` (the path used),
-        `"source"`, `"reference"`, `"beam"`, `"session"` and `"sentences"`.
+        The dict of `score`, plus what was scored: `"artifact"` (the path used; `None`
+        for a run's model in memory), `"decoder"`, `"source"`, `"reference"`, `"beam"`,
+        `"session"` and `"sentences"`.
     """
     # Checked before translating, which can take minutes.
-    inputs = {"source": source, "reference": reference}
-    files.check_output_file("--output", output, inputs)
-    files.check_output_file("--json", json_path, inputs)
-    read_pair(source, reference)
-    artifact_path = runners.resolve_artifact(artifact, export_if_missing=export_if_missing,
-                                              verbose=verbose)
-    try:
-        runner = runners.open_runner(artifact_path, beam=beam, session=session)
-    except KeyError as error:
-        raise ValueError(f"{artifact_path} has no signature {error}: export it again with "
-                         "the current code (keras-transformer export RUN_DIR).") from None
-    scores = score_files(runner, source, reference, batch_size=batch_size, output=output,
-                         verbose=verbose)
-    scores.update(artifact=os.fspath(artifact_path), beam=beam, session=session)
+    pairs = {os.path.basename(os.fspath(source)): (source, reference)}
+    check_pairs(pairs, output=output, single_output=True)
+    files.check_output_file("--json", json_path, {"source": source, "reference": reference})
+    translator = translate.load_translator(
+        artifact, beam=beam, beam_size=beam_size, length_penalty=length_penalty,
+        greedy=greedy, batch_size=batch_size, session=session,
+        export_if_missing=export_if_missing)
+    scores, = evaluate_splits(translator, pairs, output=output, single_output=True,
+                              verbose=verbose).values()
+    scores.update(artifact=translator.artifact, decoder=translator.decoder,
+                  beam=translator.beam_size is not None, session=session)
     if json_path:
         files.write_text(json_path, json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
     return scores
@@ -166,8 +170,8 @@ def artifact_config(artifact):
     """
     artifact = os.fspath(artifact)
     if files.is_run_dir(artifact):
-        return config_lib.Config.load(os.path.join(artifact, files.CONFIG))
-    recorded = ((runners.export_report(artifact) or {}).get("run") or {}).get("config")
+        return runs.load_config(artifact)
+    recorded = ((artifacts.export_report(artifact) or {}).get("run") or {}).get("config")
     if not isinstance(recorded, dict):
         raise ValueError(
             f"{artifact} has no export report naming its run's corpus: score a pair of "

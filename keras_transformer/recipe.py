@@ -8,7 +8,8 @@
 2. choose on the validation split, every sentence of it, by BLEU of beam search: which
    weights (the best-validation-BLEU checkpoint, the newest one, or the mean of the
    newest 2, 3, … checkpoints), then the beam size and length penalty α;
-3. export the chosen weights with the chosen beam search, and check the export;
+3. record the choice in the run directory (`runs.Choice`: what `export`, `translate`
+   and `evaluate` then use on it by default), export it, and check the export;
 4. score the exported SavedModel (what is served is what is scored) on validation, then
    on each test split of the corpus, beam and greedy, with sacreBLEU's BLEU and chrF.
 
@@ -23,12 +24,11 @@ import logging
 import os
 import time
 
-from keras_transformer import evaluation, files, translate
+from keras_transformer import evaluation, files, runs, translate
 from keras_transformer.data import corpus
 from keras_transformer.serving import export, runners, self_check
 from keras_transformer.serving.translator import Translator
-from keras_transformer.training import averaging, fit, runs
-from keras_transformer.training.callbacks import list_checkpoints
+from keras_transformer.training import averaging, fit
 
 logger = logging.getLogger(__name__)
 
@@ -85,11 +85,13 @@ def _run_recipe(config, run_dir, choices, check, batch_size):
     validation = corpus.load_split(config.data, "validation", filter_pairs=False,
                                    verbose=False)
     selection = choose_on_validation(run_dir, validation, choices)
-    logger.info("Exporting %s with beam %d, α %g", selection["weights"],
-                selection["beam_size"], selection["length_penalty"])
-    export_dir, _ = export.export_run(
-        run_dir, weights=selection["weights_path"], quantize=check,
-        beam_size=selection["beam_size"], length_penalty=selection["length_penalty"])
+    # What export, translate and evaluate then use on this run by default.
+    runs.record_choice(
+        run_dir, weights_path=selection["weights_path"], beam_size=selection["beam_size"],
+        length_penalty=selection["length_penalty"],
+        chosen_by=f"recipe: {selection['weights']}, validation BLEU "
+                  f"{selection['bleu']:.2f} on {selection['sentences']} sentences")
+    export_dir, _ = export.export_run(run_dir, quantize=check)
     result = {"config": json.loads(config.to_json()), "training": record,
               "selection": selection, "export_dir": export_dir}
     if check:
@@ -141,7 +143,7 @@ def train_once(config, run_dir):
 
 def candidate_weights(run_dir, choices):
     """Returns `{name: weights path or list of checkpoint paths}` to choose among."""
-    checkpoints = list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
+    checkpoints = runs.list_checkpoints(os.path.join(run_dir, files.CHECKPOINTS))
     if not checkpoints:
         raise FileNotFoundError(f"No checkpoints in {run_dir}: train first.")
     candidates = {}
@@ -248,7 +250,8 @@ def score_test_splits(config, saved_model, translations_dir, batch_size=64):
 def score_splits(config, saved_model, splits, decoders, translations_dir, batch_size=64):
     """Scores `saved_model` on `splits` with each of `decoders` ("beam", "greedy").
 
-    Each decoder's signature is loaded once for all the splits; the translations go to
+    Each decoder's signature is loaded once for all the splits, as `evaluate` loads it
+    (`translate.load_translator`); the translations go to
     `translations_dir/<split>.<decoder>.<language>`.
 
     Returns:
@@ -257,14 +260,16 @@ def score_splits(config, saved_model, splits, decoders, translations_dir, batch_
     results = {}
     for decoder in decoders:
         beam = decoder == "beam"
-        runner = runners.open_runner(saved_model, beam=beam)
+        translator = translate.load_translator(saved_model, beam=beam,
+                                               batch_size=batch_size)
         for split in splits:
             source, reference = corpus.corpus_files(config.data, split)
             logger.info("Scoring %s (%s) on %s", saved_model, decoder, source)
-            scores = evaluation.score_files(
-                runner, source, reference, batch_size=batch_size, verbose=False,
-                output=os.path.join(translations_dir,
-                                    f"{split}.{decoder}.{config.data.target_language}"))
+            output = os.path.join(translations_dir,
+                                  f"{split}.{decoder}.{config.data.target_language}")
+            scores = evaluation.evaluate_splits(
+                translator, {split: (source, reference)}, output=output,
+                single_output=True, verbose=False)[split]
             scores.update(artifact=saved_model, beam=beam)
             for line in evaluation.format_scores(scores).splitlines():
                 logger.info("%s, %s: %s", split, decoder, line)

@@ -23,8 +23,8 @@ import sys
 
 import tqdm
 
-from keras_transformer import files
-from keras_transformer.serving import runners
+from keras_transformer import files, runs
+from keras_transformer.serving import artifacts, runners
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def translate_sentences(runner, sentences, batch_size=32, progress=None, *,
             (sentences × the longest one's tokens), as training's `batch_tokens`; a
             sentence longer than that is a batch of its own. Needs `count_tokens`.
         count_tokens: callable, list of sentences -> list of their token counts (see
-            `runners.token_counter`); orders each window by these counts.
+            `artifacts.token_counter`); orders each window by these counts.
     """
     return [translation for window in translation_windows(
                 runner, sentences, batch_size, progress, batch_tokens=batch_tokens,
@@ -208,18 +208,21 @@ class LoadedTranslator:
     """A translator to call like a function: a list of sentences in, translations out.
 
     Made by `load_translator`. `decoder` says how it decodes, e.g. `"beam search (beam
-    4, length penalty 0.6)"`; `artifact` is the file or folder it runs (`None` for a
-    run directory's model in memory); `runner` maps a list of sentences to the raw
-    outputs (`translations`, `token_ids`, `scores`); `batching` holds the batching
-    options of `translate_sentences` (`batch_size`, `batch_tokens`, `count_tokens`).
+    4, length penalty 0.6)"`, and where that comes from when it is a run's choice on
+    validation (`chosen_by`, see `runs.Choice`); `artifact` is the file or folder it
+    runs (`None` for a run directory's model in memory); `runner` maps a list of
+    sentences to the raw outputs (`translations`, `token_ids`, `scores`); `batching`
+    holds the batching options of `translate_sentences` (`batch_size`, `batch_tokens`,
+    `count_tokens`).
     """
 
     def __init__(self, runner, *, artifact, beam_size, length_penalty, batch_size,
-                 batch_tokens=None, count_tokens=None):
+                 batch_tokens=None, count_tokens=None, chosen_by=None):
         self.runner = runner
         self.artifact = artifact
         self.beam_size = beam_size
         self.length_penalty = length_penalty
+        self.chosen_by = chosen_by
         self.batch_size = batch_size
         self.batching = dict(batch_size=batch_size, batch_tokens=batch_tokens,
                              count_tokens=count_tokens)
@@ -228,7 +231,9 @@ class LoadedTranslator:
     def decoder(self):
         if self.beam_size is None:
             return "greedy"
-        return f"beam search (beam {self.beam_size}, length penalty {self.length_penalty})"
+        chosen = f"; the run's choice, {self.chosen_by}" if self.chosen_by else ""
+        return (f"beam search (beam {self.beam_size}, length penalty "
+                f"{self.length_penalty}{chosen})")
 
     def __call__(self, sentences):
         """Returns the translations (list of str) of `sentences` (list of str or bytes)."""
@@ -239,88 +244,136 @@ class LoadedTranslator:
         return self.runner(list(sentences))
 
 
-def load_translator(path, *, beam_size=None, length_penalty=None, batch_size=32,
-                    batch_tokens=None, session=False, threads=None):
+def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, greedy=False,
+                    batch_size=32, batch_tokens=None, session=False, threads=None,
+                    export_if_missing=True):
     """Returns a `LoadedTranslator` for a run directory, a SavedModel or a `.tflite` file.
 
+    The one way this package opens a translator to use: `translate`, `evaluate` (the
+    verbs and `kt.evaluate`) and the recipe's scoring go through it, with these options.
+
     An artifact translates as it was exported: greedy by default, or with its exported
-    beam search when `beam_size` is given, which must then be the exported beam size
-    (and `length_penalty` the exported α) unless the artifact has no export report to
-    tell. A run directory translates with its exported SavedModel (exported first with
-    the newest weights if it has none) when its settings are asked for, and with the
-    run's model in memory otherwise, so any beam size and α work there.
+    beam search when `beam` (or `beam_size`) is given, which must then be the exported
+    beam size (and `length_penalty` the exported α) unless the artifact has no export
+    report to tell. A run directory translates by default as it was chosen on
+    validation (its `runs.Choice`: weights, beam size and α), greedily when nothing was
+    chosen; what is given overrides the choice. It translates with its exported
+    SavedModel (exported first if it has none) when that holds what is asked for, and
+    with the run's model in memory otherwise, so any beam size and α work there.
 
     Args:
         path: str. A run directory, a SavedModel directory, a `.tflite` file or a
             CTranslate2 directory (`export --ctranslate2`).
-        beam_size: int or `None` (greedy decoding).
+        beam: bool. Beam search as exported (on a run directory: as chosen, else as
+            `export` writes it).
+        beam_size: int or `None` (greedy decoding, or `beam`'s; on a run directory, its
+            choice). Implies `beam`.
         length_penalty: float α of beam search, or `None` for the exported (or the
-            paper's 0.6) value.
+            run's chosen, or the paper's 0.6) value. Implies `beam`.
+        greedy: bool. Greedy decoding, whatever a run directory's choice.
         batch_size: int. Most sentences per call of the artifact.
         batch_tokens: int or `None`. Most source tokens per call, padding included
             (`translate_sentences`), counted with the run's SentencePiece model
-            (`runners.token_counter`).
+            (`artifacts.token_counter`).
         session: bool. Load a SavedModel with the session-based loader of TF Serving.
         threads: int or `None` (the runtime's default). Threads of a `.tflite` file's
             interpreter.
+        export_if_missing: bool. Export a run directory that has no export yet.
+
+    Raises:
+        ValueError: options that exclude each other, an artifact exported with another
+            beam search, or one without the signature asked for.
 
     Example:
-    >>> translate = load_translator("runs/multi30k-en-de", beam_size=4)
-    >>> translate(["A man rides a bike."])
-    ['Ein Mann fährt Fahrrad.']
+        translate = load_translator("runs/multi30k-en-de", beam_size=4)
+        translate(["A man rides a bike."])
+        # ['Ein Mann fährt Fahrrad.']
     """
     if beam_size is not None and beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}.")
+    if greedy and (beam or beam_size is not None or length_penalty is not None):
+        raise ValueError("Greedy decoding excludes beam search: give greedy (--greedy) "
+                         "or beam, beam_size, length_penalty (--beam, --beam-size, "
+                         "--length-penalty), not both.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     path = os.fspath(path)
     if batch_tokens is not None and batch_tokens < 1:
         raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}.")
     batching = dict(batch_size=batch_size, batch_tokens=batch_tokens,
-                    count_tokens=runners.token_counter(path) if batch_tokens else None)
+                    count_tokens=artifacts.token_counter(path) if batch_tokens else None)
     is_run = files.is_run_dir(path)
-    exported = _exported_decoder(runners.run_saved_model(path) if is_run else path)
+    choice = runs.load_choice(path) if is_run and not greedy else None
+    chosen_by = None
+    if choice is not None:
+        given = beam_size is not None or length_penalty is not None
+        chosen_by = "where not given" if given else choice.chosen_by
+        beam_size = choice.beam_size if beam_size is None else beam_size
+        if length_penalty is None:
+            length_penalty = choice.length_penalty
+    exported = _exported_decoder(runs.saved_model_dir(path) if is_run else path, choice)
+    if beam_size is None and (beam or length_penalty is not None):
+        beam_size = exported.get("beam_size", files.PAPER_BEAM_SIZE)
     if beam_size is not None:
         if length_penalty is None:
             length_penalty = exported.get("length_penalty", files.PAPER_LENGTH_PENALTY)
     wanted = {"beam_size": beam_size, "length_penalty": length_penalty}
     same = beam_size is None or all(exported.get(name, value) == value
                                     for name, value in wanted.items())
+    if choice is not None:  # and the export holds the chosen weights
+        same = same and exported.get("weights", choice.weights) == choice.weights
     if is_run and not same:
-        return LoadedTranslator(_run_module_runner(path, beam_size, length_penalty),
+        weights = choice.weights_path(path) if choice else None
+        return LoadedTranslator(_run_module_runner(path, beam_size, length_penalty, weights),
                                 artifact=None, beam_size=beam_size,
-                                length_penalty=length_penalty, **batching)
+                                length_penalty=length_penalty, chosen_by=chosen_by,
+                                **batching)
     if not same:
         raise ValueError(
             f"{path} was exported with beam size {exported['beam_size']} and length "
             f"penalty {exported['length_penalty']}: translate with those, export the run "
             "again with --beam-size/--length-penalty, or name the run directory, which "
             "translates with any.")
-    artifact = runners.resolve_artifact(path, export_if_missing=is_run)
-    runner = runners.open_runner(artifact, beam=beam_size is not None, session=session,
-                                 threads=threads)
+    artifact = artifacts.resolve_artifact(path, export_if_missing=is_run and export_if_missing)
+    try:
+        runner = runners.open_runner(artifact, beam=beam_size is not None, session=session,
+                                     threads=threads)
+    except KeyError as error:
+        raise ValueError(f"{artifact} has no signature {error}: export it again with "
+                         "the current code (keras-transformer export RUN_DIR).") from None
     return LoadedTranslator(runner, artifact=artifact, beam_size=beam_size,
-                            length_penalty=length_penalty, **batching)
+                            length_penalty=length_penalty, chosen_by=chosen_by, **batching)
 
 
-def _exported_decoder(artifact):
-    """The beam size and α recorded for `artifact`'s beam signature (`{}` when unknown)."""
+def _exported_decoder(artifact, choice=None):
+    """The beam size and α recorded for `artifact`'s beam signature, and for a run's
+    export, the weights file (relative to the run) it holds; `{}` when unknown.
+
+    For a run's export that is not there yet: what `export` would write, the run's
+    `choice` or the paper's beam search.
+    """
     if not os.path.exists(artifact):
-        # What `export` would write.
+        if choice is not None:
+            return {"beam_size": choice.beam_size, "length_penalty": choice.length_penalty,
+                    "weights": choice.weights}
         return {"beam_size": files.PAPER_BEAM_SIZE,
                 "length_penalty": files.PAPER_LENGTH_PENALTY}
-    recorded = (runners.export_report(artifact) or {}).get("translator", {})
-    return {name: recorded[name] for name in ("beam_size", "length_penalty")
-            if name in recorded}
+    report = artifacts.export_report(artifact) or {}
+    recorded = report.get("translator", {})
+    found = {name: recorded[name] for name in ("beam_size", "length_penalty")
+             if name in recorded}
+    run = report.get("run", {})
+    if "weights" in run and "run_dir" in run:
+        found["weights"] = os.path.relpath(run["weights"], run["run_dir"])
+    return found
 
 
-def _run_module_runner(run_dir, beam_size, length_penalty):
-    """A `ModuleRunner` over the model of `run_dir` (its newest weights)."""
+def _run_module_runner(run_dir, beam_size, length_penalty, weights=None):
+    """A `ModuleRunner` over the model of `run_dir` (`weights`, else its newest)."""
     # Imported here: the model code, which artifacts do not need.
     from keras_transformer.serving.translator import Translator
-    from keras_transformer.training import runs
 
-    _, tokenizer, model = runs.load_run(run_dir)
+    _, tokenizer, model = runs.load_run(run_dir, weights)
     translator = Translator(model, tokenizer, beam_size=beam_size or 1,
                             length_penalty=length_penalty or 0.0)
     return runners.ModuleRunner(translator, beam=beam_size is not None)

@@ -1,6 +1,7 @@
 """The installed command: quiet help for every verb, the main job end to end, your own
 data, translators loaded from Python, and a failed download explained."""
 
+import json
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ import keras_transformer as kt
 from keras_transformer import cli, files
 from keras_transformer.data import multi30k
 from keras_transformer.data.text import read_lines
+from keras_transformer.data.tokenizer import PAD_ID
 from tests.conftest import REPOSITORY
 
 VERBS = sorted(cli.make_parser()[1])
@@ -119,13 +121,18 @@ def test_a_failed_download_is_one_error_line_and_leaves_no_file(tmp_path, verb, 
     assert not downloads.exists() or not any(downloads.iterdir())
 
 
+# The only α the main job may choose: not the paper's, so that a decoder that falls back
+# to the paper's beam search is seen.
+CHOSEN_ALPHA = 1.5
+
+
 @pytest.fixture(scope="module")
 def main_job(tmp_path_factory, fixture_corpus_dir):
     """The main-job verb on the fixture corpus with the tiny preset, run once."""
     run_dir = tmp_path_factory.mktemp("main_job") / "run"
     result = run_command("recipe", "--preset", "tiny", "--data-dir", str(fixture_corpus_dir),
                          "--run-dir", str(run_dir), "--epochs", "2", "--steps-per-epoch",
-                         "15", "--length-penalties", "0.6,1.0", "num_layers=1",
+                         "15", "--length-penalties", str(CHOSEN_ALPHA), "num_layers=1",
                          timeout=900)
     return run_dir, result
 
@@ -200,9 +207,10 @@ def test_translators_of_a_run_its_saved_model_and_its_tflite_file_agree(
     assert result.returncode == 0
     sources = read_lines(fixture_corpus_dir / "val.en.gz")[:8]
     export_dir = run_dir / files.EXPORT_DIR
-    translations = [kt.load_translator(str(path))(sources)
-                    for path in (run_dir, export_dir / files.SAVED_MODEL,
-                                 export_dir / files.TFLITE)]
+    # Greedy: the run directory's default is its choice, beam search.
+    translations = [kt.load_translator(str(run_dir), greedy=True)(sources)] + [
+        kt.load_translator(str(path))(sources)
+        for path in (export_dir / files.SAVED_MODEL, export_dir / files.TFLITE)]
     assert translations[0] == translations[1] == translations[2]
     assert len(translations[0]) == len(sources)
     beam = [kt.load_translator(str(path), beam_size=4)(sources)
@@ -237,6 +245,95 @@ def test_the_translate_and_evaluate_verbs_on_the_main_jobs_run(main_job, tmp_pat
     assert "was exported with beam size" in refused.stderr
 
 
+@pytest.mark.timeout(1500)  # the fixture, an export (60 s), translating with each artifact
+def test_the_runs_choice_is_kept_by_a_re_export_and_used_to_translate_the_run(
+        main_job, tmp_path, fixture_corpus_dir):
+    from keras_transformer import runs
+    from keras_transformer.serving import runners
+    from keras_transformer.serving.translator import Translator
+
+    run_dir, result = main_job
+    assert result.returncode == 0
+    choice = runs.load_choice(run_dir)
+    assert (choice.beam_size, choice.length_penalty) == (4, CHOSEN_ALPHA)
+    selection = json.loads((run_dir / files.RECIPE_RESULT).read_text())["selection"]
+    assert choice.weights == os.path.relpath(selection["weights_path"], run_dir)
+    export_dir = run_dir / files.EXPORT_DIR
+    first_id = json.loads((export_dir / files.REPORT_JSON).read_text())["export_id"]
+    # Exported again without decoding options, as to add an artifact.
+    exported = run_command("export", str(run_dir), timeout=600)
+    assert exported.returncode == 0, exported.stderr
+    assert f"with beam 4, α {CHOSEN_ALPHA:g} (the run's choice, recipe: " in exported.stderr
+    report = json.loads((export_dir / files.REPORT_JSON).read_text())
+    assert report["export_id"] != first_id
+    assert report["translator"]["length_penalty"] == CHOSEN_ALPHA
+    assert report["run"]["weights"] == os.path.abspath(run_dir / choice.weights)
+
+    # Every artifact's beam search decodes as the chosen α does, not as the paper's.
+    sources = read_lines(fixture_corpus_dir / "val.en.gz")
+    _, tokenizer, model = runs.load_run(str(run_dir), choice.weights_path(str(run_dir)))
+
+    def outputs(runner):
+        token_ids = runner(sources)["token_ids"]
+        return [tuple(int(i) for i in ids if i != PAD_ID) for ids in token_ids]
+
+    in_memory = {alpha: outputs(runners.ModuleRunner(Translator(
+        model, tokenizer, beam_size=4, length_penalty=alpha), beam=True))
+        for alpha in (CHOSEN_ALPHA, files.PAPER_LENGTH_PENALTY)}
+    differ = [i for i, (chosen, paper) in enumerate(zip(*in_memory.values()))
+              if chosen != paper]
+    assert len(differ) >= 3  # else these sentences cannot tell the two α apart
+    for name in (files.SAVED_MODEL, files.TFLITE, files.TFLITE_QUANTIZED):
+        found = outputs(runners.open_runner(str(export_dir / name), beam=True))
+        as_chosen = sum(found[i] == in_memory[CHOSEN_ALPHA][i] for i in differ)
+        as_paper = sum(found[i] == in_memory[files.PAPER_LENGTH_PENALTY][i] for i in differ)
+        # int8 weights may turn a near tie, never most of these sentences.
+        assert as_chosen >= 0.75 * len(differ) and as_chosen > as_paper, name
+
+    # The run directory translates with its choice by default, and says so.
+    source = tmp_path / "validation.en"
+    source.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    translated = run_command("translate", str(run_dir), "--input", str(source),
+                             "--no-progress")
+    assert translated.returncode == 0, translated.stderr
+    assert (f"beam search (beam 4, length penalty {CHOSEN_ALPHA}; the run's choice, "
+            "recipe: ") in translated.stderr
+    saved_model = str(export_dir / files.SAVED_MODEL)
+    assert translated.stdout.splitlines() == kt.load_translator(
+        saved_model, beam_size=4)(sources)
+    greedy = run_command("translate", str(run_dir), "--input", str(source), "--greedy",
+                         "--no-progress")
+    assert greedy.returncode == 0, greedy.stderr
+    assert "(greedy)" in greedy.stderr
+    assert greedy.stdout.splitlines() == kt.load_translator(saved_model)(sources)
+
+
+def test_a_broken_choice_is_an_error_naming_its_file_and_the_fix(tmp_path):
+    from keras_transformer import runs
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / files.CONFIG).write_text("{}", encoding="utf-8")
+    assert runs.load_choice(run_dir) is None  # nothing chosen: the defaults, as before
+    weights = run_dir / files.AVERAGED_WEIGHTS
+    weights.write_bytes(b"")
+    recorded = runs.record_choice(run_dir, weights_path=str(weights), beam_size=3,
+                                  length_penalty=0.8, chosen_by="by hand")
+    assert runs.load_choice(run_dir) == recorded == runs.Choice(
+        files.AVERAGED_WEIGHTS, 3, 0.8, "by hand")
+    with pytest.raises(ValueError, match="outside"):
+        runs.record_choice(run_dir, weights_path=str(tmp_path / "other.weights.h5"),
+                           beam_size=3, length_penalty=0.8, chosen_by="by hand")
+    weights.unlink()
+    with pytest.raises(runs.ChoiceFileError, match="are gone.*delete the file"):
+        runs.load_choice(run_dir)
+    (run_dir / files.CHOICE).write_text('{"beam_size": 4}', encoding="utf-8")
+    status = cli.main(["translate", str(run_dir), "--input", str(run_dir / files.CONFIG)])
+    assert status == 2
+    with pytest.raises(runs.ChoiceFileError, match=str(run_dir / files.CHOICE)):
+        runs.load_choice(run_dir)
+
+
 def test_own_files_that_do_not_align_are_named(tmp_path, fixture_corpus_dir, capsys):
     source, target = tmp_path / "a.src", tmp_path / "a.tgt"
     source.write_text("one\ntwo\n", encoding="utf-8")
@@ -256,10 +353,10 @@ def test_own_data_needs_validation_files_too(tmp_path, capsys):
 
 
 def test_a_latin1_file_to_translate_is_warned_about_by_line(tmp_path, capsys, monkeypatch):
-    from keras_transformer.serving import runners
+    from keras_transformer.serving import artifacts, runners
     source = tmp_path / "latin1.txt"
     source.write_bytes("Un caf\u00e9.\nDeux.\nTrois \u00e0 la gare.\n".encode("latin-1"))
-    monkeypatch.setattr(runners, "resolve_artifact", lambda path, **options: path)
+    monkeypatch.setattr(artifacts, "resolve_artifact", lambda path, **options: path)
     monkeypatch.setattr(runners, "open_runner", lambda artifact, **options: lambda batch: {
         "translations": [bytes(sentence) for sentence in batch]})
     artifact = tmp_path / "model.tflite"

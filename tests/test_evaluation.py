@@ -8,10 +8,10 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import cli, evaluation, files
+from keras_transformer import cli, evaluation, files, runs
 from keras_transformer.data.text import read_lines
+from keras_transformer.serving import artifacts, runners
 from keras_transformer.serving import export as exporting
-from keras_transformer.serving import runners
 from tests.export_helpers import CORPUS, tiny_export, validation_sentences
 
 SOURCE = ["a man rides a horse .", "two dogs play in the snow .",
@@ -161,12 +161,12 @@ def test_run_directory_stands_for_its_export_and_is_exported_when_missing(
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}", encoding="utf-8")
     with pytest.raises(FileNotFoundError, match=f"keras-transformer export {run_dir}"):
-        runners.resolve_artifact(str(run_dir))
+        artifacts.resolve_artifact(str(run_dir))
     exports = []
 
     def export_run(path):
         exports.append(path)
-        tf.saved_model.save(stand_in, runners.run_saved_model(path), signatures={
+        tf.saved_model.save(stand_in, runs.saved_model_dir(path), signatures={
             files.GREEDY_SIGNATURE: stand_in.greedy})
 
     monkeypatch.setattr(exporting, "export_run", export_run)

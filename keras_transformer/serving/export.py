@@ -9,9 +9,11 @@ have fails the export before anything is shipped. An export is all or nothing, e
 file of it carrying one export id (`export_folder`).
 """
 
+import dataclasses
 import datetime
 import importlib.metadata
 import json
+import logging
 import os
 import shutil
 
@@ -20,7 +22,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text
 
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.files import (
     REPORT_JSON,
     REPORT_MARKDOWN,
@@ -30,7 +32,8 @@ from keras_transformer.files import (
 )
 from keras_transformer.serving import export_folder, op_checks
 from keras_transformer.serving import translator as translator_lib
-from keras_transformer.training import runs
+
+logger = logging.getLogger(__name__)
 
 
 def export_translator(translator, directory, *, quantize=True, ctranslate2=False, run=None):
@@ -148,13 +151,20 @@ def _export_tflite(translator, path, quantize, export_id):
             "custom_ops": custom_ops, "ops": ops}
 
 
-def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensemble=(),
-               ctranslate2=False, **translator_options):
+def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
+               output_dir=None, quantize=True, ensemble=(), ctranslate2=False,
+               **translator_options):
     """Exports the run in `run_dir` and writes the report beside the artifacts.
+
+    What is not given comes from the run's choice on validation (`runs.Choice`, which
+    the recipe records), else from the defaults: the newest weights, the paper's beam
+    search. An ensemble uses no choice (it was made for one model).
 
     Args:
         run_dir: str. A run directory written by training (layout in `files`).
-        weights: which weights to export (see `runs.find_weights`); newest by default.
+        weights: which weights to export (see `runs.find_weights`).
+        beam_size: int. Beam size of the beam_search signature.
+        length_penalty: float. Its α.
         output_dir: str. Where to write; `RUN_DIR/export` by default.
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
         ensemble: run directories of further models, trained with this run's
@@ -169,6 +179,14 @@ def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensembl
     if ensemble and ctranslate2:
         raise ValueError("An ensemble has no CTranslate2 form (CTranslate2 decodes one "
                          "model): export without --ctranslate2, or export each run alone.")
+    choice = None if ensemble else runs.load_choice(run_dir)
+    given = (beam_size, length_penalty, weights)
+    if choice is not None and weights is None:
+        weights = choice.weights_path(run_dir)
+    defaults = (choice.beam_size, choice.length_penalty) if choice else (
+        files.PAPER_BEAM_SIZE, files.PAPER_LENGTH_PENALTY)
+    beam_size = defaults[0] if beam_size is None else beam_size
+    length_penalty = defaults[1] if length_penalty is None else length_penalty
     if ensemble:
         config, tokenizer, model, weight_paths = runs.load_ensemble(
             [run_dir, *ensemble], weights)
@@ -176,9 +194,21 @@ def export_run(run_dir, *, weights=None, output_dir=None, quantize=True, ensembl
         config, tokenizer, model = runs.load_run(run_dir, weights)
         weight_paths = [runs.find_weights(run_dir, weights)]
     output_dir = output_dir or os.path.join(run_dir, files.EXPORT_DIR)
-    translator = translator_lib.Translator(model, tokenizer, **translator_options)
+    if choice is None:
+        source = "defaults"
+    elif given == (None, None, None):
+        source = f"the run's choice, {choice.chosen_by}"
+    else:
+        source = "the run's choice where not given"
+    logger.info("Exporting %s with beam %d, α %g (%s)", weight_paths[0], beam_size,
+                length_penalty, source)
+    translator = translator_lib.Translator(model, tokenizer, beam_size=beam_size,
+                                           length_penalty=length_penalty,
+                                           **translator_options)
     run = {"run_dir": os.path.abspath(run_dir), "weights": os.path.abspath(weight_paths[0]),
            "config": json.loads(config.to_json())}
+    if choice is not None:
+        run["choice"] = dataclasses.asdict(choice)
     if ensemble:
         run["ensemble"] = [
             {"run_dir": os.path.abspath(member), "weights": os.path.abspath(path)}
