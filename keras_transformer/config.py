@@ -173,12 +173,8 @@ def _section_from_dict(section_type, values, source):
 
 # The Multi30K model and optimiser, shared by the presets that train it for a number of
 # epochs and for a time budget. Pre-LN (`normalize_first`), unlike the paper: at this
-# peak learning rate the post-LN model learns a language model of German and ignores
-# the source (validation BLEU on 200 sentences stalled at 8-9 from epoch 20 to 43, and
-# its translations were fluent and unrelated), while the pre-LN one read 13.0 at epoch
-# 11 against 2.2 for post-LN (BENCHMARKS.md, "Why the Multi30K presets are pre-LN").
-# Post-LN trained here only while a bug gave the four projections of each attention
-# layer the same initial weights.
+# peak learning rate the post-LN model ignores the source (BENCHMARKS.md, "Why the
+# Multi30K presets are pre-LN").
 _MULTI30K_MODEL = dict(vocabulary_size=8000, num_layers=4, hidden_dim=128,
                        intermediate_dim=256, num_heads=4, dropout=0.3,
                        normalize_first=True)
@@ -202,35 +198,19 @@ PRESETS = {
         "train": dict(label_smoothing=0.1, warmup_steps=4000),
         "data": dict(batch_tokens=25000),
     },
-    # Small model for Multi30K (≈29k pairs), chosen when it was post-LN, by scores on
-    # test_2016_flickr (BENCHMARKS.md, "Quality history": 39.6, 40.6 and 39.2 BLEU en→de
-    # with three seeds, 60.4 en→fr); the quality table has it by the field's rules. Model and
-    # optimisation as the "Transformer-Tiny" of Wu et al. (ACL 2021), a text-only model
-    # for Multi30K: 4+4 layers of width 128, dropout 0.3, 8,192-token updates (theirs:
-    # 4,096 on each of 2 GPUs) for about 8,000 updates, and a peak learning rate of
-    # 0.005 after 2,000 warmup steps (the paper's schedule peaks at hidden_dim^-0.5 ×
-    # warmup_steps^-0.5 = 0.00198; × 2.53 gives 0.005). Ours adds a learning rate that
-    # falls linearly to 0 over the last 20 % of the updates. Bounded by epochs, so that
-    # a run trains the same amount on any hardware. No BLEU early stopping: the
-    # validation score on 200 sentences wanders by 3–4 over a plateau, and stopping
-    # after 5 epochs without a gain ended a run before its cooldown.
+    # Multi30K (≈29k pairs): 4+4 pre-LN layers of width 128, dropout 0.3, 8,192-token
+    # updates, a peak learning rate of 0.005 after 2,000 warmup steps, then a linear
+    # cooldown to 0 over the last 20 % of the updates; bounded by epochs, so a run trains
+    # the same amount on any hardware. Why: BENCHMARKS.md, "How the Multi30K presets
+    # were chosen".
     "multi30k": {
         "model": _MULTI30K_MODEL,
         "train": _MULTI30K_TRAIN,
         "data": dict(batch_tokens=8192),
     },
     # The same model and optimiser bounded by 60 minutes of training, with 4,096-token
-    # batches, which make more updates in the hour, and dropout 0.1: the 127-epoch
-    # preset's 0.3 (Wu et al.'s) is too strong for the 40–45 epochs that a 2-core CPU
-    # trains in the hour. Chosen post-LN, on test_2016_flickr; pre-LN since, as above, and
-    # not measured again. En→de BLEU in the hour then (BENCHMARKS.md, "Quality history",
-    # h24 to h32), with seeds 0, 1 and 2: 39.1, 38.4 and 37.9
-    # with dropout 0.1 (a mean of 38.5), 37.9, 37.8 and 37.0 with 0.2 (37.6), 34.9, 31.2
-    # and 32.3 with 0.3 (32.8). The 2,000 warmup steps matter: 1,000 at the same peak rate
-    # scored 31.6 with seeds 0 (h33). Twice the time (`--minutes 120`) scored 39.4 (h34).
-    # The cooldown spans the last 12 minutes, however many updates the hardware makes in
-    # them; the epoch count only has to be out of the budget's way. Pre-LN, chosen on
-    # val: 35 epochs on a 2-core Intel Xeon and 38.6 test2016 BLEU (BENCHMARKS.md, q2).
+    # batches and dropout 0.1; the cooldown spans the last 12 minutes, and the epoch
+    # count only has to be out of the budget's way. Why: BENCHMARKS.md, as above.
     "multi30k_hour": {
         "model": dict(_MULTI30K_MODEL, dropout=0.1),
         "train": dict(_MULTI30K_TRAIN, epochs=1000, time_budget_minutes=60.0),
