@@ -93,7 +93,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Example:
     >>> attention = MultiHeadAttention(num_heads=2)
-    >>> attention(np.ones((1, 3, 8)), np.ones((1, 5, 8))).shape
+    >>> tuple(attention(np.ones((1, 3, 8)), np.ones((1, 5, 8))).shape)
     (1, 3, 8)
 
     References:

@@ -22,7 +22,8 @@ class Encoder(LayerStack):
         training: bool. Whether dropout is active.
 
     Example:
-    >>> Encoder(num_layers=2, intermediate_dim=32, num_heads=2)(np.ones((1, 5, 8))).shape
+    >>> encoder = Encoder(num_layers=2, intermediate_dim=32, num_heads=2)
+    >>> tuple(encoder(np.ones((1, 5, 8))).shape)
     (1, 5, 8)
 
     References:

@@ -33,7 +33,7 @@ class EncoderLayer(keras.layers.Layer):
 
     Example:
     >>> layer = EncoderLayer(intermediate_dim=32, num_heads=2)
-    >>> layer(np.ones((2, 5, 8))).shape
+    >>> tuple(layer(np.ones((2, 5, 8))).shape)
     (2, 5, 8)
 
     References:

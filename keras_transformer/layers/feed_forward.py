@@ -21,7 +21,7 @@ class FeedForward(keras.layers.Layer):
         inputs: float tensor `(B, L, D)`.
 
     Example:
-    >>> FeedForward(intermediate_dim=32)(np.ones((2, 5, 8))).shape
+    >>> tuple(FeedForward(intermediate_dim=32)(np.ones((2, 5, 8))).shape)
     (2, 5, 8)
 
     References:

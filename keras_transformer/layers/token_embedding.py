@@ -37,7 +37,7 @@ class TokenEmbedding(keras.layers.Layer):
 
     Example:
     >>> layer = TokenEmbedding(vocabulary_size=100, hidden_dim=8, max_length=16)
-    >>> layer(np.array([[5, 6, 0]])).shape
+    >>> tuple(layer(np.array([[5, 6, 0]])).shape)
     (1, 3, 8)
 
     References:

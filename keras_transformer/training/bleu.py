@@ -193,9 +193,9 @@ class BleuCallback(keras.callbacks.Callback):
         `train.bleu_sentences` is set; pass your own only with that field at 0.
 
         Example:
-        >>> sources, references = validation_slice(config.data, 500)
-        >>> training.train(config, run_dir, callbacks=[
-        ...     BleuCallback.for_run(run_dir, sources, references, patience=5)])
+            sources, references = validation_slice(config.data, 500)
+            fit.train(config, run_dir, callbacks=[
+                BleuCallback.for_run(run_dir, sources, references, patience=5)])
         """
         return cls(sources, references,
                    translator or os.path.join(run_dir, files.TOKENIZER),

@@ -52,7 +52,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     Example:
 
     >>> loss = LabelSmoothedCrossEntropy(label_smoothing=0.0)
-    >>> round(float(loss([[3, 0]], [[[0.0, 0.0, 0.0, 0.0], [9.0, 0.0, 0.0, 0.0]]])), 4)
+    >>> logits = np.array([[[0.0, 0.0, 0.0, 0.0], [9.0, 0.0, 0.0, 0.0]]])  # (1, 2, 4)
+    >>> round(float(loss(np.array([[3, 0]]), logits)), 4)  # -log(1/4); padding not counted
     1.3863
 
     References:
