@@ -33,7 +33,7 @@ from benchmarks import common  # noqa: E402
 from keras_transformer import decoding, files
 from keras_transformer.data.tokenizer import END_ID  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
-from keras_transformer.serving import translator as serving  # noqa: E402
+from keras_transformer.serving import translator as translator_lib  # noqa: E402
 
 DECODERS = ("cached", "uncached", "beam4", "cached_xla", "uncached_xla", "beam4_xla",
             "saved_model", "tflite", "tflite_quantized")
@@ -117,7 +117,7 @@ def make_decoders(names, model, translator, scratch):
 
 def _saved_model_decoder(translator, scratch):
     directory = os.path.join(scratch, "saved_model")
-    serving.save_saved_model(translator, directory)
+    translator_lib.save_saved_model(translator, directory)
     function = tf.saved_model.load(directory).signatures[files.GREEDY_SIGNATURE]
     return lambda sentences: function(sentences=tf.constant(sentences))["token_ids"].numpy()
 
@@ -129,7 +129,7 @@ def _tflite_decoder(translator, scratch, quantize=False):
     path = os.path.join(scratch, "translator-quantized.tflite" if quantize
                         else "translator.tflite")
     with open(path, "wb") as file:
-        file.write(serving.convert_to_tflite(translator, quantize=quantize))
+        file.write(translator_lib.convert_to_tflite(translator, quantize=quantize))
     interpreter = InterpreterWithCustomOps(
         model_path=path,
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
@@ -166,7 +166,7 @@ def build(arguments):
         use_fused_attention=arguments.use_fused_attention)
     model = EndlessModel(transformer)
     # Sources are made-up words; ids above the small tokenizer's vocabulary read as <unk>.
-    translator = serving.Translator(model, common.small_tokenizer(),
+    translator = translator_lib.Translator(model, common.small_tokenizer(),
                                     max_output_length=arguments.output_length,
                                     extra_length=arguments.output_length)
     return model, translator

@@ -51,7 +51,7 @@ def build_keras_hub(arguments, vocabulary_size):
     logits = embedding.token_embedding(y, reverse=True)
     model = keras.Model({"source_ids": source_ids, "target_ids": target_ids}, logits,
                         name="keras_hub_transformer")
-    # What `training.compile_model` reads from a model.
+    # What `losses.compile_model` reads from a model.
     model.pad_id, model.hidden_dim = 0, arguments.hidden_dim
     return model
 

@@ -2,7 +2,7 @@
 
 Both models (see `benchmarks.models`) get the same tf.data batches (`batching.make_dataset`
 on synthetic ids with a realistic length distribution, or on Multi30K with
-`--data-dir`), the same loss, optimizer and schedule (`training.compile_model`).
+`--data-dir`), the same loss, optimizer and schedule (`training.losses.compile_model`).
 
 Speed is measured with the two models in one process, step by step: batch i goes
 through one model and then the other (the order alternating), each step a
@@ -31,8 +31,10 @@ from benchmarks import common, models  # noqa: E402
 from keras_transformer.config import DataConfig, TrainConfig  # noqa: E402
 from keras_transformer.data import batching, corpus  # noqa: E402
 from keras_transformer.data import tokenizer as tokenizer_lib  # noqa: E402
-from keras_transformer.training import distribution  # noqa: E402
-from keras_transformer.training import fit as training  # noqa: E402
+from keras_transformer.training import (
+    distribution,  # noqa: E402
+    fit,  # noqa: E402
+)
 
 MODELS = ("ours", "keras_hub")
 
@@ -92,7 +94,7 @@ def compiled_model(name, arguments, vocabulary_size):
     distribution.set_precision(arguments.mixed_precision)
     keras.utils.set_random_seed(0)
     model = models.build(name, arguments, vocabulary_size)
-    training.compile_model(model, TrainConfig(jit_compile=arguments.jit_compile))
+    fit.compile_model(model, TrainConfig(jit_compile=arguments.jit_compile))
     return model
 
 

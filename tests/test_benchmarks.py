@@ -257,8 +257,8 @@ def _untrained_run(tmp_path, fixture_corpus_dir):
     import keras
 
     from keras_transformer import config as config_lib
+    from keras_transformer import runs
     from keras_transformer.data.tokenizer import train_tokenizer
-    from keras_transformer.training import runs
 
     run_dir = tmp_path / "run"
     preset = config_lib.preset_config("tiny")
@@ -293,9 +293,9 @@ def test_bleu_callback_time_translates_alike_with_and_without_xla(tmp_path,
 
 @pytest.mark.slow
 def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpus_dir):
+    from keras_transformer import runs
     from keras_transformer.data import corpus
-    from keras_transformer.serving import translator as serving
-    from keras_transformer.training import runs
+    from keras_transformer.serving import translator as translator_lib
 
     run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
     path = tmp_path / "result.json"
@@ -310,7 +310,7 @@ def test_length_penalty_scores_each_alpha_with_sacrebleu(tmp_path, fixture_corpu
     sources, references = (text.read_lines(path)[:3]
                            for path in corpus.corpus_files(run_config.data, "validation"))
     for row in result["rows"]:
-        translator = serving.Translator(model, tokenizer, length_penalty=row["alpha"])
+        translator = translator_lib.Translator(model, tokenizer, length_penalty=row["alpha"])
         _assert_scores_beam_search(row, translator, sources, references)
         assert row["chrf"] > 0
 
@@ -333,9 +333,9 @@ def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path
     import keras
     import numpy as np
 
+    from keras_transformer import runs
     from keras_transformer.data import corpus
-    from keras_transformer.serving import translator as serving
-    from keras_transformer.training import runs
+    from keras_transformer.serving import translator as translator_lib
 
     run_dir = _untrained_run(tmp_path, fixture_corpus_dir)
     run_config, tokenizer, model = runs.load_run(str(run_dir), "final")
@@ -369,7 +369,7 @@ def test_checkpoint_averaging_scores_the_mean_of_the_newest_checkpoints(tmp_path
                         saved[30]]
     for row, weights in zip(result["rows"], expected_weights):
         model.set_weights(weights)
-        _assert_scores_beam_search(row, serving.Translator(model, tokenizer), sources,
+        _assert_scores_beam_search(row, translator_lib.Translator(model, tokenizer), sources,
                                    references)
     # The averaged weights translate differently from the last checkpoint's.
     assert result["rows"][0]["chrf"] != result["rows"][1]["chrf"]

@@ -15,7 +15,7 @@ from keras_transformer import DataConfig, Transformer, files
 from keras_transformer.data import pairs as pairs_lib
 from keras_transformer.data import text
 from keras_transformer.data.tokenizer import END_ID, train_tokenizer
-from keras_transformer.serving import translator as serving
+from keras_transformer.serving import translator as translator_lib
 from keras_transformer.training import bleu as bleu_callback
 from keras_transformer.training import distribution
 
@@ -93,7 +93,7 @@ class _LookupModel:
     variables = []
 
     def __init__(self, tokenizer, sources, outputs, step=0):
-        source_ids = serving.Translator(self, tokenizer).source_ids(tf.constant(sources))
+        source_ids = translator_lib.Translator(self, tokenizer).source_ids(tf.constant(sources))
         keys = [int(key) for key in self._key(source_ids)]
         assert len(set(keys)) == len(keys)
         self._rows = tf.lookup.StaticHashTable(

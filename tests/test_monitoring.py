@@ -13,8 +13,7 @@ from keras_transformer import config as config_lib
 from keras_transformer.data import batching, text
 from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.training import fit as training
-from keras_transformer.training import monitoring
+from keras_transformer.training import fit, monitoring
 
 SOURCES = ["a black dog runs .", "a man rides a bike .", "two girls | play ."]
 REFERENCES = ["ein schwarzer hund rennt .", "ein mann fährt fahrrad .",
@@ -47,12 +46,12 @@ def run_dir(tmp_path_factory, tokenizer):
     train_config = dataclasses.replace(config.train, log_every_steps=1, epochs=EPOCHS)
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
-    training.compile_model(model, train_config)
+    fit.compile_model(model, train_config)
     monitor = monitoring.TranslationMonitor(
         SOURCES, REFERENCES, tokenizer, log_dir=run_dir / "logs" / "validation",
         attention_index=1, max_length=8)
     graph_logger = keras.callbacks.TensorBoard(run_dir / "graph_logs", write_graph=True)
-    callbacks = training.make_callbacks(train_config, str(run_dir), [monitor, graph_logger])
+    callbacks = fit.make_callbacks(train_config, str(run_dir), [monitor, graph_logger])
     model.fit(_dataset(tokenizer), epochs=EPOCHS, steps_per_epoch=STEPS_PER_EPOCH,
               callbacks=callbacks, shuffle=False, verbose=0)
     return run_dir
@@ -134,7 +133,7 @@ def test_the_monitor_and_the_bleu_callback_of_a_run_share_one_translator(tmp_pat
     config = config_lib.override(config_lib.preset_config("tiny"),
                                  ["bleu_sentences=2", "monitor_sentences=2"])
     validation = types.SimpleNamespace(source_lines=SOURCES, target_lines=REFERENCES)
-    bleu, monitor = training.make_translation_callbacks(config.train, str(tmp_path),
+    bleu, monitor = fit.make_translation_callbacks(config.train, str(tmp_path),
                                                         validation)
     assert bleu.translator is monitor.translator
 

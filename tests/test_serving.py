@@ -66,9 +66,9 @@ def test_source_ids_wrap_pieces_in_start_and_end_and_truncate(exported):
 
 
 def test_xla_translator_translates_like_the_exported_graph_and_refuses_export(exported):
-    from keras_transformer.serving import translator as serving
+    from keras_transformer.serving import translator as translator_lib
     translator = exported.translator
-    compiled = serving.Translator(translator.model, translator.tokenizer, jit_compile=True,
+    compiled = translator_lib.Translator(translator.model, translator.tokenizer, jit_compile=True,
                                   max_output_length=translator.max_output_length)
     sentences = tf.constant(["A dog runs.", "", "Two men play football in a park."])
     for method in ("translate", "translate_beam"):
@@ -80,7 +80,7 @@ def test_xla_translator_translates_like_the_exported_graph_and_refuses_export(ex
     with pytest.raises(ValueError, match="jit_compile=False"):
         compiled.signatures()
     with pytest.raises(ValueError, match="jit_compile=False"):
-        serving.convert_to_tflite(compiled)
+        translator_lib.convert_to_tflite(compiled)
 
 
 @pytest.mark.parametrize("case", list(CASES))

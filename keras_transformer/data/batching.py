@@ -97,8 +97,8 @@ def make_dataset(parallel_text, tokenizer, *, batch_tokens, max_length, shuffle=
     order of the batches).
 
     Args:
-        parallel_text: `keras_transformer.corpus.ParallelText`.
-        tokenizer: `keras_transformer.tokenizer.Tokenizer`.
+        parallel_text: `data.text.ParallelText`.
+        tokenizer: `data.tokenizer.Tokenizer`.
         batch_tokens: int. Token budget per batch and side (global under a strategy).
         max_length: int. The model's `max_length`; longer pairs are dropped.
         shuffle: bool. Shuffle the pairs of every pass before bucketing.
