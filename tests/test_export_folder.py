@@ -42,8 +42,6 @@ DRIVER = textwrap.dedent("""
 
     if point == "saved_model_written":
         after(export_folder, "write_saved_model_id")
-    elif point == "tflite_written":
-        after(export, "_export_tflite")
     elif point == "report_written":
         after(export, "write_report")
     elif point == "swapped":
@@ -144,9 +142,10 @@ def test_an_export_killed_at_any_point_leaves_one_whole_export(exported_run, tmp
     run_dir, first_id = exported_run
     export_dir = run_dir / files.EXPORT_DIR
     previous = first_id
-    for point, replaced in [("saved_model_written", False), ("tflite_written", False),
-                            ("report_written", False), ("swapped", True),
-                            ("renamed_aside", None)]:
+    # Staging (two points: after its first artifact, after its last file), the swap, and
+    # the fallback's state between its two renames.
+    for point, replaced in [("saved_model_written", False), ("report_written", False),
+                            ("swapped", True), ("renamed_aside", None)]:
         kill_export_at(run_dir, point, tmp_path)
         if replaced is None:
             # Between the two renames of a system that cannot swap folders: no export
