@@ -26,7 +26,7 @@ REPLICA_SCRIPT = textwrap.dedent("""
     import numpy as np
     from keras_transformer import config as config_lib
     from keras_transformer import runs
-    from keras_transformer.training import fit
+    from keras_transformer.training.losses import compile_model
 
     config = config_lib.override(config_lib.preset_config("tiny"), ["dropout=0.0"])
     rng = np.random.default_rng(0)
@@ -43,8 +43,8 @@ REPLICA_SCRIPT = textwrap.dedent("""
         with strategy.scope():
             model = runs.build_model(config)
             model.set_weights(initial)
-            fit.compile_model(model, config.train,
-                                   optimizer=keras.optimizers.SGD(learning_rate=1.0))
+            compile_model(model, config.train,
+                          optimizer=keras.optimizers.SGD(learning_rate=1.0))
         history = model.fit(dataset, epochs=1, verbose=0, shuffle=False,
                             callbacks=[keras.callbacks.LambdaCallback(
                                 on_train_batch_end=lambda b, logs: losses.append(logs["loss"]))])
