@@ -75,8 +75,9 @@ class EndlessModel(tf.Module):
     def init_cache(self, encoder_output, source_ids, max_length):
         return self.model.init_cache(encoder_output, source_ids, max_length)
 
-    def decode_step(self, token_ids, cache, index):
-        logits, cache = self.model.decode_step(token_ids, cache, index)
+    def decode_step(self, token_ids, cache, index, **options):
+        # `options`: how the cache is written, which a TFLite export asks for.
+        logits, cache = self.model.decode_step(token_ids, cache, index, **options)
         return _without_end(logits), cache
 
     def decode(self, target_ids, encoder_output, source_ids, training=None):
