@@ -38,7 +38,7 @@ def default_run_dir(name, config, root="runs"):
 
 def check_run_dir(run_dir):
     """Raises `FileNotFoundError` saying so when `run_dir` holds no run's config."""
-    if not os.path.isfile(os.path.join(run_dir, files.CONFIG)):
+    if not os.path.isfile(config_path(run_dir)):
         raise FileNotFoundError(f"{run_dir} is not a run directory (it has no {files.CONFIG}): "
                                 "name a directory that train.py wrote (its --run-dir).")
 
@@ -207,8 +207,8 @@ class Choice:
         weights: str. The chosen weights file, relative to the run directory.
         beam_size: int.
         length_penalty: float. Beam search's α.
-        chosen_by: str. Who chose, and on what, e.g. `"recipe: BLEU 35.10 on 1014
-            validation sentences"`.
+        chosen_by: str. Who chose, and on what, e.g. `"recipe: newest checkpoint,
+            validation BLEU 35.10 on 1014 sentences"`.
     """
 
     weights: str
@@ -218,10 +218,6 @@ class Choice:
 
     def weights_path(self, run_dir):
         return os.path.join(run_dir, self.weights)
-
-    def describe(self):
-        """`beam 4, α 1 (recipe: ...)`: the decoding, and where it comes from."""
-        return f"beam {self.beam_size}, α {self.length_penalty:g} ({self.chosen_by})"
 
 
 class ChoiceFileError(ValueError):
@@ -236,7 +232,7 @@ def record_choice(run_dir, *, weights_path, beam_size, length_penalty, chosen_by
         beam_size, length_penalty, chosen_by: as `Choice`'s.
     """
     weights = os.path.relpath(weights_path, run_dir)
-    if weights.startswith(os.pardir) or os.path.isabs(weights):
+    if weights.startswith(os.pardir):
         raise ValueError(f"The chosen weights {weights_path} lie outside {run_dir}: "
                          "choose a weights file of the run.")
     choice = Choice(weights, int(beam_size), float(length_penalty), chosen_by)

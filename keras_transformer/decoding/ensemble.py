@@ -19,6 +19,8 @@ import math
 
 from keras import ops
 
+from keras_transformer.decoding.common import step_options
+
 
 class Ensemble:
     """Decodes with the mean of its members' probabilities.
@@ -81,9 +83,7 @@ class Ensemble:
         leaves them as they are. `hypotheses` and `write_cache` as in
         `Transformer.decode_step`.
         """
-        options = {"hypotheses": hypotheses} if hypotheses > 1 else {}
-        if write_cache is not None:
-            options["write_cache"] = write_cache
+        options = step_options(hypotheses, write_cache)
         steps = [model.decode_step(token_ids, cache, index, **options)
                  for model, cache in zip(self.models, caches)]
         return self._mean_log_probs([logits for logits, _ in steps]), tuple(
