@@ -82,9 +82,9 @@ def test_verbose_leaves_tensorflows_logger_as_it_is():
     level = logger.level
     try:
         logger.setLevel(logging.INFO)
-        cli._load_tensorflow(verbose=True)
+        cli.console.load_tensorflow(verbose=True)
         assert logger.level == logging.INFO
-        cli._load_tensorflow(verbose=False)
+        cli.console.load_tensorflow(verbose=False)
         assert logger.level == logging.ERROR
     finally:
         logger.setLevel(level)

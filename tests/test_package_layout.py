@@ -41,7 +41,12 @@ def imported_modules(name, known, *, top_level_only=True):
             found.add(node.module)
             # `from package import module` imports the module.
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {module for module in found if module in known and module != name}
+    # A module's own packages are not counted: Python loads them before the module
+    # whatever it imports, so `from keras_transformer.cli import options` inside
+    # `cli.training` adds no edge to `cli`, whose `__init__` imports its verbs.
+    ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    return {module for module in found
+            if module in known and module != name and module not in ancestors}
 
 
 def import_graph(**options):
@@ -112,7 +117,7 @@ def test_tools_are_leaves_that_only_the_command_line_imports():
     users = sorted(name for name, imported in import_graph(top_level_only=False).items()
                    if any(other.startswith(f"{PACKAGE.name}.tools") for other in imported)
                    and not name.startswith(f"{PACKAGE.name}.tools"))
-    assert users == [f"{PACKAGE.name}.cli"]
+    assert users and all(name.startswith(f"{PACKAGE.name}.cli.") for name in users)
 
 
 # What reads a run directory: its config (`Config.load`), its checkpoints (their file
@@ -120,7 +125,8 @@ def test_tools_are_leaves_that_only_the_command_line_imports():
 # config file that `--config FILE` names, which need not lie in a run directory.
 RUN_DIRECTORY_READS = {"load": "Config.load", "CHECKPOINT_PATTERN": "files.CHECKPOINT_PATTERN",
                        "CHOICE": "files.CHOICE"}
-READERS = {"runs": set(RUN_DIRECTORY_READS), "cli": {"load"}, "files": set(RUN_DIRECTORY_READS)}
+READERS = {"runs": set(RUN_DIRECTORY_READS), "cli.options": {"load"},
+           "files": set(RUN_DIRECTORY_READS)}
 
 
 def run_directory_reads(source):
