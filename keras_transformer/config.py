@@ -2,6 +2,10 @@
 
 Field names equal the constructor arguments of the objects they configure (and their
 `get_config` keys), so `Transformer(**dataclasses.asdict(config.model))` just works.
+
+One module of about 400 lines on purpose: a field, its presets' values and the bounds
+`check_config` holds it to are read together, and the command line imports this module
+alone (no TensorFlow) to parse and check a config before any work starts.
 """
 
 import dataclasses
