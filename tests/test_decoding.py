@@ -666,3 +666,97 @@ def test_top_k_by_blocks_breaks_a_tie_across_blocks_by_index():
     values, indices = top_k_by_blocks(tf.constant(row), 3)
     np.testing.assert_array_equal(values.numpy(), [[9.0, 5.0, 4.0]])
     np.testing.assert_array_equal(indices.numpy(), [[40, 0, 1]])
+
+
+# --- n-best lists and scoring given outputs ---------------------------------------------
+
+@hypothesis.settings(max_examples=15, deadline=None)
+@hypothesis.given(seed=hypothesis.strategies.integers(0, 2**31 - 1),
+                  limit=hypothesis.strategies.integers(1, 3),
+                  alpha=hypothesis.strategies.floats(0.0, 2.0))
+def test_an_n_best_list_is_the_brute_force_top_n(seed, limit, alpha):
+    vocabulary = 6  # PAD, UNK, START, END and two words
+    table = 2.0 * np.random.default_rng(seed).normal(size=(limit, vocabulary, vocabulary))
+    ranking = brute_force_ranking(table, alpha)
+    count = min(4, len(ranking))
+    found = decoding.beam_search(MarkovModel(table), np.array([[START, 5, END]], np.int32),
+                                 beam_size=5 ** limit, length_penalty=alpha,
+                                 max_length=limit, extra_length=None,
+                                 num_hypotheses=count)
+    assert found.ids.shape[:2] == (1, count)
+    sequences = [tuple(int(t) for t in row if t != PAD) for row in found.ids.numpy()[0]]
+    assert len(set(sequences)) == count
+    # Each entry scores by the table as the brute force's entry of its rank does (ties
+    # may swap outputs of one score), and reports its own score.
+    own = [penalized_score(table, sequence, alpha) for sequence in sequences]
+    np.testing.assert_allclose(own, [score for score, _ in ranking[:count]], atol=1e-4)
+    np.testing.assert_allclose(found.normalized_scores.numpy()[0], own, atol=1e-4)
+
+
+def test_an_n_best_list_starts_with_the_beam_output(model, beam):
+    source_ids = padded(SOURCES)
+    best = beam(source_ids)
+    listed = decoding.decode_function(decoding.beam_search, model, max_length=MAX_LENGTH,
+                                      num_hypotheses=3)(source_ids)
+    assert listed.ids.shape[:2] == (3, 3) and listed.scores.shape == (3, 3)
+    np.testing.assert_array_equal(listed.ids.numpy()[:, 0], best.ids.numpy())
+    assert_close_in_ulps(listed.scores.numpy()[:, 0], best.scores.numpy())
+    normalized = listed.normalized_scores.numpy()
+    assert np.all(np.diff(normalized, axis=1) <= 0)  # best first
+    # Every entry's score is the model's log-probability of its output.
+    for rank in range(3):
+        ids = listed.ids.numpy()[:, rank]
+        expected = teacher_forced_log_probabilities(model, source_ids, ids).sum(axis=1)
+        assert_close_in_ulps(listed.scores.numpy()[:, rank], expected)
+
+
+def test_an_n_best_list_is_the_same_when_finished_sentences_leave_the_batch(model):
+    source_ids = padded(SOURCES)
+    whole, chunked = (decoding.decode_function(
+        decoding.beam_search, model, max_length=MAX_LENGTH, num_hypotheses=4,
+        cache_chunk=chunk)(source_ids) for chunk in (None, 2))
+    np.testing.assert_array_equal(chunked.ids.numpy(), whole.ids.numpy())
+    assert_close_in_ulps(chunked.normalized_scores.numpy(), whole.normalized_scores.numpy())
+
+
+def test_an_empty_source_has_one_hypothesis_and_forbidden_fillers(model):
+    source_ids = padded([[START, END], SOURCES[0]])
+    found = decoding.beam_search(model, source_ids, max_length=MAX_LENGTH,
+                                 num_hypotheses=3)
+    ids, scores = found.ids.numpy(), found.scores.numpy()
+    assert list(ids[0, 0][ids[0, 0] != PAD]) == [END]
+    assert np.all(ids[0, 1:] == PAD) and np.all(scores[0, 1:] == decoding.common.FORBIDDEN)
+    assert np.all(scores[1] > decoding.common.FORBIDDEN / 2)  # a real sentence: 3 of them
+
+
+@pytest.mark.parametrize("count", [0, 5])
+def test_more_hypotheses_than_the_beam_keeps_is_an_error(model, count):
+    with pytest.raises(ValueError, match="num_hypotheses"):
+        decoding.beam_search(model, padded(SOURCES), beam_size=4, num_hypotheses=count)
+
+
+def numpy_log_softmax(logits):
+    logits = np.asarray(logits, np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def test_scores_of_given_outputs_are_the_teacher_forced_log_probabilities(model, beam):
+    source_ids = padded(SOURCES)
+    ids = beam(source_ids).ids.numpy()
+    ids[1, 1] = 20  # not the model's choice: scored all the same
+    decoder_input = np.concatenate([np.full((len(ids), 1), START), ids[:, :-1]], axis=1)
+    log_probs = numpy_log_softmax(model({"source_ids": source_ids,
+                                         "target_ids": decoder_input}))
+    expected = np.where(ids == PAD, 0.0,
+                        np.take_along_axis(log_probs, ids[..., None], axis=-1)[..., 0])
+    token_scores, scores = tf.function(decoding.score_outputs)(model, source_ids, ids)
+    assert_close_in_ulps(token_scores.numpy(), expected)
+    assert_close_in_ulps(scores.numpy(), expected.sum(axis=1))
+
+
+def test_scoring_a_decoders_own_output_gives_its_score(model, greedy):
+    source_ids = padded(SOURCES)
+    found = greedy(source_ids)
+    _, scores = decoding.score_outputs(model, source_ids, found.ids)
+    assert_close_in_ulps(scores.numpy(), found.scores.numpy())

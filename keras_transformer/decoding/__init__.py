@@ -13,6 +13,8 @@ Public API (every decoder returns a `Decoded`):
     - `greedy_decode(model, source_ids, *, max_length, extra_length, ...)`.
     - `beam_search(model, source_ids, *, beam_size=4, length_penalty=0.6, ...)`.
     - `uncached_greedy_decode(...)`: the O(L²) reference, for tests and benchmarks.
+    - `score_outputs(model, source_ids, output_ids)`: each given output token's
+      log-probability (forced decoding), and their sum.
     - `decode_function(decode, model, *, jit_compile=False, **options)`: a decoder as one
       `tf.function`, optionally compiled with XLA.
     - `pad_width(ids, multiple)`: right-pads ids to a multiple of columns.
@@ -27,7 +29,8 @@ from keras_transformer.decoding.beam import beam_search, gnmt_length_penalty
 from keras_transformer.decoding.common import Decoded, cross_attention, decode_function, pad_width
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.decoding.greedy import greedy_decode, uncached_greedy_decode
+from keras_transformer.decoding.scoring import score_outputs
 
 __all__ = ["Decoded", "Ensemble", "beam_search", "cross_attention",
            "decode_function", "gnmt_length_penalty", "greedy_decode",
-           "pad_width", "uncached_greedy_decode"]
+           "pad_width", "score_outputs", "uncached_greedy_decode"]

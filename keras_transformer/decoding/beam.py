@@ -46,8 +46,9 @@ def gnmt_length_penalty(length, alpha):
 def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
                 length_penalty=PAPER_LENGTH_PENALTY, max_length=None, extra_length=50,
                 start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False,
-                cache_chunk=None, write_cache=None):
-    """Translates `source_ids` with beam search; returns the best hypothesis per sentence.
+                cache_chunk=None, write_cache=None, num_hypotheses=None):
+    """Translates `source_ids` with beam search; returns the best hypothesis per sentence
+    (or the `num_hypotheses` best).
 
     The best hypothesis maximises log P(Y) / lp(Y). Hypotheses end at the end token or
     at the sentence's length limit, and are never empty unless the source is (as in
@@ -64,14 +65,25 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
             paper; 0 ranks by log-probability alone).
         max_length, extra_length, start_id, end_id, pad_id, return_attention,
             cache_chunk, write_cache: as in `greedy_decode`.
+        num_hypotheses: int n with 1 ≤ n ≤ `beam_size`, or `None`. Return each
+            sentence's n best finished hypotheses (an n-best list, best first) instead
+            of the best alone. A sentence with fewer than n (an empty source has one)
+            fills the rest with empty outputs (padding only) scored `FORBIDDEN`.
 
     Returns:
         A `Decoded`: the best hypothesis, its log-probability (`scores`) and its
-        length-normalised score (`normalized_scores`).
+        length-normalised score (`normalized_scores`); with `num_hypotheses`, ids
+        `(B, n, L)`, lengths, scores and normalised scores `(B, n)`.
     """
     if beam_size < 1 or length_penalty < 0:
         raise ValueError(f"beam_size={beam_size} must be ≥ 1 and "
                          f"length_penalty={length_penalty} ≥ 0.")
+    if num_hypotheses is not None and not 1 <= num_hypotheses <= beam_size:
+        raise ValueError(f"num_hypotheses={num_hypotheses} must lie in 1..beam_size "
+                         f"({beam_size}): beam search keeps no more finished ones.")
+    if num_hypotheses is not None and return_attention:
+        raise ValueError("return_attention covers one hypothesis per sentence: leave "
+                         "num_hypotheses at None.")
     source_ids = tf.cast(source_ids, tf.int32)
     buffer_length, limits = length_limits(model, source_ids, max_length, extra_length,
                                           pad_id)
@@ -84,10 +96,11 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
     beam_rows = tf.range(batch * beam_size) // beam_size  # (B*K,)
     cache = _gather_cache(cache, beam_rows, None, _sentence_entries(model))
     nonempty = tf.gather(has_source(source_ids, start_id, end_id, pad_id), beam_rows)
-    search = _BeamSearch(model, beam_size, length_penalty, end_id, pad_id, write_cache)
+    search = _BeamSearch(model, beam_size, length_penalty, end_id, pad_id, write_cache,
+                         num_hypotheses)
     steps, (tokens, scores, normalized) = search.run(cache, limits, nonempty, buffer_length,
                                                      start_id, grow, cache_chunk)
-    return decoded(model, tokens[:, 1:steps + 1], scores, normalized, encoder_output,
+    return decoded(model, tokens[..., 1:steps + 1], scores, normalized, encoder_output,
                    source_ids, start_id, pad_id, return_attention)
 
 
@@ -99,8 +112,10 @@ class _BeamSearch:
     hypothesis put back into the results (`set_finished_aside`).
     """
 
-    def __init__(self, model, beam_size, length_penalty, end_id, pad_id, write_cache=None):
+    def __init__(self, model, beam_size, length_penalty, end_id, pad_id, write_cache=None,
+                 num_hypotheses=None):
         self.model = model
+        self.num_hypotheses = num_hypotheses
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.end_id = end_id
@@ -161,8 +176,15 @@ class _BeamSearch:
 
     def _best(self, finished):
         """Returns the best finished hypothesis of each sentence: `(tokens (B, C+1),
-        scores (B,), normalized (B,))` (finished ones are sorted, best first)."""
+        scores (B,), normalized (B,))` (finished ones are sorted, best first); with
+        `num_hypotheses` n, the n best: `(tokens (B, n, C+1), scores (B, n),
+        normalized (B, n))`."""
         finished_tokens, finished_scores, finished_normalized = finished
+        if self.num_hypotheses is not None:
+            width = finished_tokens.shape[-1] or tf.shape(finished_tokens)[-1]
+            count = self.num_hypotheses
+            return (tf.reshape(finished_tokens, [-1, self.beam_size, width])[:, :count],
+                    finished_scores[:, :count], finished_normalized[:, :count])
         rows = tf.range(tf.shape(finished_scores)[0]) * self.beam_size  # (B,)
         return (tf.gather(finished_tokens, rows), finished_scores[:, 0],
                 finished_normalized[:, 0])

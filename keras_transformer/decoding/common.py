@@ -37,6 +37,9 @@ class Decoded(typing.NamedTuple):
             search), or `None` (greedy decoding does not normalise).
         attention: float32 `(B, N, H, L, S)`: cross-attention weights of every decoder
             layer for each output token, or `None` unless requested.
+
+    Beam search's n-best lists (`num_hypotheses`) add an axis after the batch to `ids`
+    (`(B, n, L)`, n hypotheses), `lengths`, `scores` and `normalized_scores` (`(B, n)`).
     """
 
     ids: tf.Tensor
@@ -300,7 +303,7 @@ def put_back(results, rows, values):
 def decoded(model, ids, scores, normalized_scores, encoder_output, source_ids, start_id,
             pad_id, return_attention):
     """Packs a `Decoded`, computing the attention weights when asked."""
-    lengths = tf.reduce_sum(tf.cast(ids != pad_id, tf.int32), axis=1)  # (B,)
+    lengths = tf.reduce_sum(tf.cast(ids != pad_id, tf.int32), axis=-1)  # (B,) or (B, n)
     attention = None
     if return_attention:
         attention = cross_attention(model, ids, encoder_output, source_ids, start_id)
