@@ -7,7 +7,9 @@ needs nothing but TensorFlow (or LiteRT) and tf-text's ops to translate.
 
 Public API:
     - `Translator(model, tokenizer, ...)`: `translate(sentences)` (greedy),
-      `translate_beam(sentences)`, `source_ids(sentences)`, `signatures()`.
+      `translate_beam(sentences)`, `source_ids(sentences)`, `signatures()`; in memory
+      for now (not yet among the exported signatures): `translate_n_best(sentences)`
+      and `score(sentences, translations)`.
     - `source_ids(tokenizer, sentences, max_length)`: what every translator feeds the
       model.
     - `save_saved_model(translator, directory)`: a SavedModel with `serving_default`
@@ -40,6 +42,10 @@ from keras_transformer.files import (
 from keras_transformer.layers.decoder_layer import write_by_slice_update
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
+_TRANSLATIONS_SPEC = tf.TensorSpec([None], tf.string, name="translations")
+
+# Hypotheses of an n-best list unless asked (at most the beam size).
+DEFAULT_N_BEST = 4
 
 # Positions the exported decoders' caches grow by (`decoding.common.chunked_loop`);
 # finished sentences leave the batch between chunks. Measured against 16 and 32 on a
@@ -66,6 +72,8 @@ class Translator(tf.Module):
         extra_length: int. Output tokens allowed beyond the source length (§6.1: 50).
         beam_size: int. Hypotheses of beam search (§6.1: 4).
         length_penalty: float. α of beam search's length penalty (§6.1: 0.6).
+        n_best: int or `None`. Hypotheses of `translate_n_best`, at most `beam_size`;
+            `None` for `min(DEFAULT_N_BEST, beam_size)`.
         jit_compile: bool. Decode with XLA (`decoding.decode_function`), for translating
             in this process, e.g. validation BLEU during training. Such a translator
             cannot be exported: TF Serving runs XLA on CPU only behind an experimental
@@ -79,8 +87,12 @@ class Translator(tf.Module):
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
                  beam_size=PAPER_BEAM_SIZE, length_penalty=PAPER_LENGTH_PENALTY,
-                 jit_compile=False, name="translator"):
+                 n_best=None, jit_compile=False, name="translator"):
         super().__init__(name=name)
+        n_best = min(DEFAULT_N_BEST, beam_size) if n_best is None else n_best
+        if not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best={n_best} must lie in 1..beam_size ({beam_size}): "
+                             "beam search keeps no more hypotheses.")
         # The SavedModel keeps the model's underlying tf.Variables, not the Keras model:
         # Keras 3 variables reached only through a Keras model are restored by
         # `tf.saved_model.load` but not by the session-based loader of TF Serving and
@@ -93,6 +105,7 @@ class Translator(tf.Module):
         self.extra_length = extra_length
         self.beam_size = beam_size
         self.length_penalty = length_penalty
+        self.n_best = n_best
         self.jit_compile = jit_compile
         # Untracked as well: XLA-compiled decoders serve this process and are not exported.
         self._untracked.compiled = {
@@ -117,6 +130,48 @@ class Translator(tf.Module):
     def translate_beam(self, sentences):
         """Beam-search translation; same inputs and outputs as `translate`."""
         return self._translate(sentences, beam=True)
+
+    @tf.function(input_signature=[_SENTENCES_SPEC])
+    def translate_n_best(self, sentences):
+        """The `n_best` best hypotheses of beam search, best first: `translations`
+        string `(B, n)`, `token_ids` int32 `(B, n, L)`, `scores` and
+        `normalized_scores` float32 `(B, n)`. A sentence with fewer hypotheses (an
+        empty source has one) gets empty strings scored -1e9 for the rest."""
+        decoded = decoding.beam_search(
+            self.model, self.source_ids(sentences), num_hypotheses=self.n_best,
+            **self._decoder(True).keywords)
+        ids = decoded.ids  # (B, n, L)
+        flat = tf.reshape(ids, [-1, tf.shape(ids)[-1]])  # (B*n, L)
+        translations = tf.reshape(self.detokenize(flat), [-1, self.n_best])
+        return {"translations": translations, "token_ids": ids, "scores": decoded.scores,
+                "normalized_scores": decoded.normalized_scores}
+
+    @tf.function(input_signature=[_SENTENCES_SPEC, _TRANSLATIONS_SPEC])
+    def score(self, sentences, translations):
+        """Scores given translations (forced decoding): `scores` float32 `(B,)`, the
+        log-probability of each translation's pieces and END; `token_scores` `(B, T)`,
+        each token's (0 at padding); `token_ids` int32 `(B, T)` and `tokens` string
+        `(B, T)`, the pieces scored ("" at padding). Translations are tokenized as
+        targets are in training and truncated to the model's `max_length - 1` tokens."""
+        tf.debugging.assert_equal(tf.shape(sentences), tf.shape(translations), message=(
+            "sentences and translations must have one entry each per sentence"))
+        pieces = self.tokenizer.tokenize(translations).to_tensor(
+            default_value=PAD_ID, shape=[None, self.model.max_length - 2])
+        ids = add_start_end(pieces, start=False)  # (B, max_length - 1)
+        width = tf.reduce_max(tf.concat(
+            [tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1), [1]], axis=0))
+        ids = ids[:, :width]  # (B, T)
+        token_scores, scores = decoding.score_outputs(self.model, self.source_ids(sentences),
+                                                      ids)
+        tokens = tf.where(ids != PAD_ID, tf.gather(self._pieces(), ids), "")
+        return {"scores": scores, "token_scores": token_scores, "token_ids": ids,
+                "tokens": tokens}
+
+    def _pieces(self):
+        """The vocabulary's pieces as a string constant `(V,)`: a gather reads them in
+        any runtime (tf-text has no TFLite kernel for id-to-piece)."""
+        return tf.constant([self.tokenizer.id_to_piece(i)
+                            for i in range(self.tokenizer.vocabulary_size)])
 
     def _translate(self, sentences, beam, write_cache=None):
         source_ids = self.source_ids(sentences)
