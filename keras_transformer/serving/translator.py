@@ -89,6 +89,8 @@ class Translator(tf.Module):
                  beam_size=PAPER_BEAM_SIZE, length_penalty=PAPER_LENGTH_PENALTY,
                  n_best=None, jit_compile=False, name="translator"):
         super().__init__(name=name)
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {beam_size}.")
         n_best = min(DEFAULT_N_BEST, beam_size) if n_best is None else n_best
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best={n_best} must lie in 1..beam_size ({beam_size}): "
@@ -163,14 +165,15 @@ class Translator(tf.Module):
         ids = ids[:, :width]  # (B, T)
         token_scores, scores = decoding.score_outputs(self.model, self.source_ids(sentences),
                                                       ids)
-        tokens = tf.where(ids != PAD_ID, tf.gather(self._pieces(), ids), "")
+        tokens = tf.gather(self._pieces(), ids)
         return {"scores": scores, "token_scores": token_scores, "token_ids": ids,
                 "tokens": tokens}
 
     def _pieces(self):
-        """The vocabulary's pieces as a string constant `(V,)`: a gather reads them in
-        any runtime (tf-text has no TFLite kernel for id-to-piece)."""
-        return tf.constant([self.tokenizer.id_to_piece(i)
+        """The vocabulary's pieces as a string constant `(V,)`, "" for PAD: a gather
+        reads them in any runtime (tf-text has no TFLite kernel for id-to-piece, and
+        TFLite's select takes no strings)."""
+        return tf.constant(["" if i == PAD_ID else self.tokenizer.id_to_piece(i)
                             for i in range(self.tokenizer.vocabulary_size)])
 
     def _translate(self, sentences, beam, write_cache=None):
