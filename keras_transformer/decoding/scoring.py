@@ -37,7 +37,8 @@ def score_outputs(model, source_ids, output_ids, *, start_id=START_ID, pad_id=PA
                               axis=1)  # (B, T)
     logits = tf.cast(model.decode(decoder_input, encoder_output, source_ids,
                                   training=False), tf.float32)  # (B, T, V)
-    # One-hot products rather than a gather along the vocabulary: builtin ops only.
+    # The chosen logits by a one-hot product: elementwise ops, seen converting to
+    # TFLite builtins and running in LiteRT (a gather with batch dimensions was not tried).
     chosen = tf.reduce_sum(logits * tf.one_hot(output_ids, tf.shape(logits)[-1]),
                            axis=-1)  # (B, T)
     token_scores = tf.where(output_ids != pad_id,

@@ -139,9 +139,8 @@ class Translator(tf.Module):
         string `(B, n)`, `token_ids` int32 `(B, n, L)`, `scores` and
         `normalized_scores` float32 `(B, n)`. A sentence with fewer hypotheses (an
         empty source has one) gets empty strings scored -1e9 for the rest."""
-        decoded = decoding.beam_search(
-            self.model, self.source_ids(sentences), num_hypotheses=self.n_best,
-            **self._decoder(True).keywords)
+        decoded = self._decoder(beam=True)(self.model, self.source_ids(sentences),
+                                           num_hypotheses=self.n_best)
         ids = decoded.ids  # (B, n, L)
         flat = tf.reshape(ids, [-1, tf.shape(ids)[-1]])  # (B*n, L)
         translations = tf.reshape(self.detokenize(flat), [-1, self.n_best])
@@ -159,10 +158,8 @@ class Translator(tf.Module):
             "sentences and translations must have one entry each per sentence"))
         pieces = self.tokenizer.tokenize(translations).to_tensor(
             default_value=PAD_ID, shape=[None, self.model.max_length - 2])
-        ids = add_start_end(pieces, start=False)  # (B, max_length - 1)
-        width = tf.reduce_max(tf.concat(
-            [tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1), [1]], axis=0))
-        ids = ids[:, :width]  # (B, T)
+        ids = _without_padding_columns(add_start_end(pieces, start=False),
+                                       minimum=1)  # (B, T)
         token_scores, scores = decoding.score_outputs(self.model, self.source_ids(sentences),
                                                       ids)
         tokens = tf.gather(self._pieces(), ids)
@@ -238,11 +235,14 @@ def source_ids(tokenizer, sentences, max_length):
     # which TFLite runs as tf-text's RaggedTensorToTensor kernel.
     pieces = tokenizer.tokenize(sentences).to_tensor(
         default_value=PAD_ID, shape=[None, max_length - 2])  # (B, S - 2)
-    ids = add_start_end(pieces)  # (B, max_length)
-    # Short batches need not pay for the full width in every attention.
+    return _without_padding_columns(add_start_end(pieces), minimum=2)  # (B, S)
+
+
+def _without_padding_columns(ids, minimum):
+    """Returns `ids` `(B, W)` cut to its longest row, `minimum` columns at least (for an
+    empty batch): short batches need not pay for the full width in every attention."""
     lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # (B,)
-    width = tf.reduce_max(tf.concat([lengths, [2]], axis=0))
-    return ids[:, :width]  # (B, S)
+    return ids[:, :tf.reduce_max(tf.concat([lengths, [minimum]], axis=0))]
 
 
 def save_saved_model(translator, directory):
