@@ -94,10 +94,21 @@ CTRANSLATE2_INT8 = "ctranslate2_int8"
 CTRANSLATE2_MODEL = "model.bin"  # CTranslate2's own name, in each of the two above
 CTRANSLATE2_OPTIONS = "translator.json"  # beside it: the exported translator's options
 
-# The exported signatures: `sentences` in; `translations`, `token_ids`, `scores` out.
+# The exported signatures (outputs in `serving.translator`). The translating ones take
+# `sentences` and give `translations`, `token_ids`, `scores`; `n_best` gives those per
+# hypothesis; `score` takes `sentences` and `translations` and scores the latter.
 GREEDY_SIGNATURE = "serving_default"
 BEAM_SIGNATURE = "beam_search"
+N_BEST_SIGNATURE = "n_best"
+SCORE_SIGNATURE = "score"
+SIGNATURES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE, SCORE_SIGNATURE)
+TRANSLATING_SIGNATURES = SIGNATURES[:2]  # what exports before n_best and score held
 INPUT_NAME = "sentences"
+TRANSLATIONS_INPUT = "translations"  # `score`'s second input
+# Score of an n-best list's empty fillers (a sentence with fewer hypotheses than the
+# list holds) and log-probability of what decoding never chooses. Finite, unlike
+# -inf, so that sums and divisions of scores stay finite.
+FORBIDDEN_SCORE = -1e9
 # §6.1: "beam search with a beam size of 4 and length penalty α = 0.6", the default of
 # every beam search here.
 PAPER_BEAM_SIZE = 4

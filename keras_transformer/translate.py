@@ -23,7 +23,7 @@ import sys
 
 import tqdm
 
-from keras_transformer import files, runs
+from keras_transformer import files, formats, runs
 from keras_transformer.serving import artifacts, runners
 
 logger = logging.getLogger(__name__)
@@ -95,27 +95,61 @@ def translation_windows(runner, sentences, batch_size=32, progress=None, *,
     batched by length within the window. `sentences` may be any iterable (a file's
     lines): only one window is held at a time. Arguments as `translate_sentences`.
     """
+    for window in output_windows(runner, sentences, batch_size, progress,
+                                 batch_tokens=batch_tokens, count_tokens=count_tokens):
+        yield [formats.one_line(row["translations"]) for row in window]
+
+
+def output_windows(runner, sentences, batch_size=32, progress=None, *, batch_tokens=None,
+                   count_tokens=None, translations=None):
+    """Yields the outputs of consecutive windows of `sentences`, in input order.
+
+    What `translation_windows` does, for any signature: each window is a list with one
+    `{output name: that sentence's row}` per sentence (a NumPy scalar or array).
+
+    Args:
+        translations: iterable of str or bytes, one per sentence, or `None`: the second
+            input of the `score` signature, passed beside each batch's sentences.
+        The rest: as `translate_sentences`.
+
+    Raises:
+        ValueError: `translations` ends before `sentences`, or after.
+    """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     if batch_tokens is not None and (batch_tokens < 1 or count_tokens is None):
         raise ValueError(f"batch_tokens={batch_tokens} needs to be at least 1, and a "
                          "count_tokens function.")
     sentences = iter(sentences)
+    pairs = sentences if translations is None else _strict_pairs(sentences, translations)
     done = 0
-    while window := list(itertools.islice(sentences, batch_size * WINDOW_BATCHES)):
-        lengths = count_tokens(window) if count_tokens else [len(line) for line in window]
+    while window := list(itertools.islice(pairs, batch_size * WINDOW_BATCHES)):
+        sources = window if translations is None else [pair[0] for pair in window]
+        lengths = count_tokens(sources) if count_tokens else [len(line) for line in sources]
         results = [None] * len(window)
         finished = 0
         for indices in length_batches(lengths, batch_size, batch_tokens):
-            texts = runners.translations(runner([window[i] for i in indices]))
-            for index, text in zip(indices, texts):
-                # One translation per line, whatever characters the detokenizer produced.
-                results[index] = " ".join(text.splitlines())
+            inputs = [[sources[i] for i in indices]]
+            if translations is not None:
+                inputs.append([window[i][1] for i in indices])
+            outputs = runner(*inputs)
+            for position, index in enumerate(indices):
+                results[index] = {name: value[position] for name, value in outputs.items()}
             finished += len(indices)
             if progress:
                 progress(done + finished)
         done += len(window)
         yield results
+
+
+def _strict_pairs(sentences, translations):
+    """Yields `(sentence, translation)`; raises ValueError if one list is longer."""
+    for number, pair in enumerate(itertools.zip_longest(sentences, translations), 1):
+        if pair[0] is None or pair[1] is None:
+            longer = "translations" if pair[0] is None else "sentences"
+            raise ValueError(f"there are more {longer} than the other side's "
+                             f"{number - 1} lines: give one translation per sentence.")
+        yield pair
 
 
 def length_batches(lengths, batch_size, batch_tokens=None):
@@ -141,7 +175,8 @@ def length_batches(lengths, batch_size, batch_tokens=None):
 
 
 def translate_file(runner, sentences, output, *, batch_size=32, progress=None,
-                   batch_tokens=None, count_tokens=None):
+                   batch_tokens=None, count_tokens=None, format_output=None,
+                   translations=None):
     """Translates `sentences` into the binary stream `output`, one line each.
 
     Each window's translations are written (UTF-8, one per line) and flushed as soon as
@@ -154,6 +189,10 @@ def translate_file(runner, sentences, output, *, batch_size=32, progress=None,
         batch_size: int. Most sentences per call.
         progress: optional callable, given the number of sentences done.
         batch_tokens, count_tokens: as in `translate_sentences`.
+        format_output: callable `(number, row) -> str` or `None` (the translation and
+            a newline): the text written for sentence `number` (0-based) from its row
+            of outputs (see `output_windows`), newline(s) included (`formats`).
+        translations: as in `output_windows` (for the `score` signature).
 
     Returns:
         The number of lines translated.
@@ -162,12 +201,14 @@ def translate_file(runner, sentences, output, *, batch_size=32, progress=None,
         TranslationInterrupted: when translating fails or is interrupted; it says how
             many lines were written, and its `__cause__` is the original error.
     """
+    format_output = format_output or formats.translation
     done = 0
     try:
-        for window in translation_windows(runner, sentences, batch_size, progress,
-                                          batch_tokens=batch_tokens,
-                                          count_tokens=count_tokens):
-            output.write("".join(f"{line}\n" for line in window).encode("utf-8"))
+        for window in output_windows(runner, sentences, batch_size, progress,
+                                     batch_tokens=batch_tokens, count_tokens=count_tokens,
+                                     translations=translations):
+            output.write("".join(format_output(done + number, row)
+                                 for number, row in enumerate(window)).encode("utf-8"))
             output.flush()
             done += len(window)
     except (Exception, KeyboardInterrupt) as error:
@@ -213,11 +254,13 @@ class LoadedTranslator:
     runs (`None` for a run directory's model in memory); `runner` maps a list of
     sentences to the raw outputs (`translations`, `token_ids`, `scores`); `batching`
     holds the batching options of `translate_sentences` (`batch_size`, `batch_tokens`,
-    `count_tokens`).
+    `count_tokens`). `n_best` and `score` call the artifact's other signatures
+    (`serving.translator`), opened by `open_signature(name)` on first use.
     """
 
     def __init__(self, runner, *, artifact, beam_size, length_penalty, batch_size,
-                 batch_tokens=None, count_tokens=None, chosen_by=None):
+                 batch_tokens=None, count_tokens=None, chosen_by=None,
+                 open_signature=None):
         self.runner = runner
         self.artifact = artifact
         self.beam_size = beam_size
@@ -226,6 +269,8 @@ class LoadedTranslator:
         self.batch_size = batch_size
         self.batching = dict(batch_size=batch_size, batch_tokens=batch_tokens,
                              count_tokens=count_tokens)
+        self._open_signature = open_signature
+        self._signature_runners = {}
 
     @property
     def decoder(self):
@@ -242,6 +287,46 @@ class LoadedTranslator:
     def outputs(self, sentences):
         """Returns the raw outputs of one call: `translations`, `token_ids`, `scores`."""
         return self.runner(list(sentences))
+
+    def signature_runner(self, name):
+        """Returns the runner of the artifact's signature `name` (`files.SIGNATURES`).
+
+        Raises:
+            serving.runners.MissingSignatureError: the artifact has none such.
+        """
+        if name not in self._signature_runners:
+            self._signature_runners[name] = self._open_signature(name)
+        return self._signature_runners[name]
+
+    def n_best(self, sentences):
+        """Returns the n-best lists of beam search, one list per sentence, best first.
+
+        Each entry is a `formats.Hypothesis` (`translation`, `score`: its log-probability,
+        `normalized_score`: that over the length penalty, which ranks them). The beam
+        size, α and n are the artifact's (`export --n-best`); sentences with fewer
+        hypotheses (an empty one has one) get shorter lists.
+        """
+        return [formats.hypotheses(row) for window in output_windows(
+                    self.signature_runner(files.N_BEST_SIGNATURE), list(sentences),
+                    **self.batching) for row in window]
+
+    def score(self, sentences, translations):
+        """Returns how likely the model finds each given translation of each sentence.
+
+        Forced decoding, as training's targets: one `formats.Scored` (`score`: the sum of the
+        tokens' log-probabilities, END included; `tokens` and `token_scores`: each
+        piece and its log-probability) per pair.
+
+        Raises:
+            ValueError: not one translation per sentence.
+        """
+        sentences, translations = list(sentences), list(translations)
+        if len(sentences) != len(translations):
+            raise ValueError(f"{len(sentences)} sentences but {len(translations)} "
+                             "translations: give one translation per sentence.")
+        return [formats.scored(row) for window in output_windows(
+                    self.signature_runner(files.SCORE_SIGNATURE), sentences,
+                    translations=translations, **self.batching) for row in window]
 
 
 def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, greedy=False,
@@ -324,10 +409,10 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
         same = same and exported.get("weights", choice.weights) == choice.weights
     if is_run and not same:
         weights = choice.weights_path(path) if choice else None
-        return LoadedTranslator(_run_module_runner(path, beam_size, length_penalty, weights),
-                                artifact=None, beam_size=beam_size,
+        runner = _run_module_runner(path, beam_size, length_penalty, weights)
+        return LoadedTranslator(runner, artifact=None, beam_size=beam_size,
                                 length_penalty=length_penalty, chosen_by=chosen_by,
-                                **batching)
+                                open_signature=runner.with_signature, **batching)
     if not same:
         raise ValueError(
             f"{path} was exported with beam size {exported['beam_size']} and length "
@@ -335,14 +420,12 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
             "again with --beam-size/--length-penalty, or name the run directory, which "
             "translates with any.")
     artifact = artifacts.resolve_artifact(path, export_if_missing=is_run and export_if_missing)
-    try:
-        runner = runners.open_runner(artifact, beam=beam_size is not None, session=session,
-                                     threads=threads)
-    except KeyError as error:
-        raise ValueError(f"{artifact} has no signature {error}: export it again with "
-                         "the current code (keras-transformer export RUN_DIR).") from None
-    return LoadedTranslator(runner, artifact=artifact, beam_size=beam_size,
-                            length_penalty=length_penalty, chosen_by=chosen_by, **batching)
+    opened = dict(session=session, threads=threads)
+    runner = runners.open_runner(artifact, beam=beam_size is not None, **opened)
+    return LoadedTranslator(
+        runner, artifact=artifact, beam_size=beam_size, length_penalty=length_penalty,
+        chosen_by=chosen_by, **batching,
+        open_signature=lambda name: runners.open_runner(artifact, signature=name, **opened))
 
 
 def _exported_decoder(artifact, choice=None):
@@ -374,6 +457,8 @@ def _run_module_runner(run_dir, beam_size, length_penalty, weights=None):
     from keras_transformer.serving.translator import Translator
 
     _, tokenizer, model = runs.load_run(run_dir, weights)
-    translator = Translator(model, tokenizer, beam_size=beam_size or 1,
-                            length_penalty=length_penalty or 0.0)
+    # Greedy translation keeps the paper's beam search for the n-best lists.
+    translator = Translator(model, tokenizer, beam_size=beam_size or files.PAPER_BEAM_SIZE,
+                            length_penalty=files.PAPER_LENGTH_PENALTY
+                            if length_penalty is None else length_penalty)
     return runners.ModuleRunner(translator, beam=beam_size is not None)

@@ -105,3 +105,24 @@ def test_the_trained_model_reads_its_sources(trained_export):
     own = loss_per_token(source_ids)
     others = loss_per_token(np.roll(source_ids, 1, axis=0))
     assert others > 2 * own, (own, others)
+
+
+def test_a_trained_models_n_best_lists_and_scores_agree_with_its_beam_search(
+        trained_export):
+    # The n-best list starts with the beam translation on real sentences, and scoring
+    # the model's own translations (as text, tokenized again) gives beam search's scores.
+    translator, export_dir = trained_export
+    tflite = f"{export_dir}/{files.TFLITE}"
+    beam = runners.TFLiteRunner(tflite, files.BEAM_SIGNATURE)(SENTENCES)
+    listed = runners.TFLiteRunner(tflite, files.N_BEST_SIGNATURE)(SENTENCES)
+    np.testing.assert_array_equal(listed["translations"][:, 0], beam["translations"])
+    assert all(len(set(row)) == len(row) for row in listed["translations"])
+    texts = runners.translations(beam)
+    scored = runners.TFLiteRunner(tflite, files.SCORE_SIGNATURE)(SENTENCES, texts)
+    retokenized = [a == b for a, b in zip(self_check.token_sequences(scored["token_ids"]),
+                                          self_check.token_sequences(beam["token_ids"]))]
+    # SentencePiece may cut a detokenized text into other pieces; rarely, here.
+    assert sum(retokenized) >= 0.9 * len(SENTENCES)
+    same = np.array(retokenized)
+    np.testing.assert_allclose(scored["scores"][same], beam["scores"][same],
+                               rtol=self_check.SCORE_RTOL, atol=self_check.SCORE_ATOL)

@@ -166,3 +166,43 @@ def test_the_export_report_names_each_ctranslate2_directory_and_its_weights(tmp_
                     "| `ctranslate2_int8/` | "
                     + export._megabytes(entry["ctranslate2_int8"]["bytes"])
                     + " | CTranslate2, int8 |"]
+
+
+def test_ctranslate2_scores_given_translations_like_the_exported_score(tmp_path):
+    translator, _ = _export(tmp_path, num_layers=1)
+    targets = [*read_lines(export_helpers.CORPUS / "val.de.gz")[:len(SENTENCES) - 2], "",
+               "x" * 500]
+    expected = runners.ModuleRunner(translator, signature=files.SCORE_SIGNATURE)(
+        SENTENCES, targets)
+    found = runners.open_runner(tmp_path / files.CTRANSLATE2,
+                                signature=files.SCORE_SIGNATURE)(SENTENCES, targets)
+    for name in ("token_ids", "tokens"):
+        np.testing.assert_array_equal(found[name], expected[name])
+    # score_batch's softmax is the whole one, PAD's share included, as the model's.
+    np.testing.assert_allclose(found["token_scores"], expected["token_scores"],
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(found["scores"], expected["scores"], rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="one translation per sentence"):
+        runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2,
+                                  signature=files.SCORE_SIGNATURE)(SENTENCES, targets[:1])
+
+
+def test_ctranslate2_n_best_lists_are_the_models_without_a_length_penalty(tmp_path):
+    # With α = 0 both length penalties are 1: the lists must be the exported n_best's.
+    translator, _ = _export(tmp_path, {"length_penalty": 0.0, "max_output_length": 12},
+                            num_layers=1)
+    sentences = [*SENTENCES[:20], ""]
+    expected = runners.ModuleRunner(translator, signature=files.N_BEST_SIGNATURE)(sentences)
+    found = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2,
+                                      signature=files.N_BEST_SIGNATURE)(sentences)
+    assert found["translations"].shape == expected["translations"].shape == (21, 4)
+    same = [token_sequences(a) == token_sequences(b)
+            for a, b in zip(found["token_ids"], expected["token_ids"])]
+    # CTranslate2 searches without PAD's share of each softmax (about 1/V per token
+    # for a random model): a near-tie may order two hypotheses the other way.
+    assert sum(same) >= 0.9 * len(sentences), same
+    rows = np.array(same)
+    np.testing.assert_allclose(found["scores"][rows], expected["scores"][rows],
+                               rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(found["translations"][:, 0], runners.CTranslate2Runner(
+        tmp_path / files.CTRANSLATE2, beam=True)(sentences)["translations"])

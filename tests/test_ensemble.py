@@ -138,7 +138,8 @@ def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs):
 def test_the_exported_ensemble_translates_as_the_ensemble_in_memory(run_dirs, tmp_path):
     output_dir, report = exporting.export_run(
         run_dirs["a"], weights="final", output_dir=str(tmp_path / "export"),
-        quantize=False, ensemble=[run_dirs["b"]], max_output_length=16)
+        quantize=False, ensemble=[run_dirs["b"]], max_output_length=16,
+        signatures=files.TRANSLATING_SIGNATURES)
     assert [member["run_dir"] for member in report["run"]["ensemble"]] == [run_dirs["b"]]
     with open(tmp_path / "export" / files.REPORT_JSON, encoding="utf-8") as file:
         assert json.load(file)["run"]["ensemble"][0]["weights"].endswith(files.FINAL_WEIGHTS)

@@ -93,7 +93,8 @@ def test_saved_model_holds_each_translation_function_once(exported):
     traced = [re.sub(r"_\d+$", "", function.signature.name)
               for function in meta_graph.graph_def.library.function
               if function.signature.name.startswith("__inference_translate")]
-    assert sorted(traced) == ["__inference_translate", "__inference_translate_beam"]
+    assert sorted(traced) == ["__inference_translate", "__inference_translate_beam",
+                              "__inference_translate_n_best"]
 
 
 # Allocates, fills and frees a 64 MiB block six times; prints the page faults of the

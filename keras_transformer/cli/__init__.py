@@ -41,8 +41,8 @@ PROGRAM = "keras-transformer"
 # In the order `--help` lists them: the data flow, then the main job that runs it all.
 _VERBS = {**training.VERBS, **exporting.VERBS, **translating.VERBS, **tools.VERBS}
 _VERBS = {name: _VERBS[name] for name in (
-    "train", "average", "export", "check", "translate", "evaluate", "distill", "fuzz",
-    "recipe")}
+    "train", "average", "export", "check", "translate", "score", "evaluate", "distill",
+    "fuzz", "recipe")}
 
 
 def main(argv=None):

@@ -20,6 +20,14 @@ def _add_export(parser):
     parser.add_argument("--length-penalty", type=options.non_negative_float, metavar="ALPHA",
                         help="α of its length penalty (default: the run's choice, else "
                              f"{files.PAPER_LENGTH_PENALTY})")
+    parser.add_argument("--n-best", type=options.positive_int, metavar="N",
+                        help="hypotheses of the n_best signature, at most the beam size "
+                             "(default: 4, or the beam size if smaller)")
+    parser.add_argument("--signatures", type=options.list_of(_signature), metavar="NAMES",
+                        default=list(files.SIGNATURES),
+                        help=f"comma-separated signatures to export, "
+                             f"{files.GREEDY_SIGNATURE} among them (default: all, "
+                             f"{','.join(files.SIGNATURES)}); fewer export faster")
     parser.add_argument("--max-output-length", type=options.positive_int, metavar="N",
                         help="most output tokens (default: the model's max_length - 1)")
     parser.add_argument("--no-quantize", action="store_true",
@@ -37,20 +45,30 @@ def _add_export(parser):
                         help="then check that every artifact translates like the model")
 
 
+def _signature(name):
+    if name not in files.SIGNATURES:
+        raise argparse.ArgumentTypeError(f"{name!r} is no signature: choose among "
+                                         f"{', '.join(files.SIGNATURES)}")
+    return name
+
+
 def _export(args):
     for run_dir in [args.run_dir, *args.ensemble]:
         runs.load_config(run_dir)  # names a missing or broken run before minutes of work
     runs.load_choice(args.run_dir)  # and a broken choice
     if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
         raise options.UsageError(f"--output {args.output} is a file: name a folder to write into.")
+    if files.GREEDY_SIGNATURE not in args.signatures:
+        raise options.UsageError(f"--signatures must include {files.GREEDY_SIGNATURE}, "
+                                 "which every reader of an artifact opens first.")
     console.load_tensorflow(args.verbose)
     from keras_transformer.serving import export
     output_dir, _ = export.export_run(
         args.run_dir, weights=args.weights, output_dir=args.output,
         quantize=not args.no_quantize, ensemble=args.ensemble,
         ctranslate2=args.ctranslate2, max_output_length=args.max_output_length,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty)
+        beam_size=args.beam_size, length_penalty=args.length_penalty,
+        n_best=args.n_best, signatures=args.signatures)
     print(f"Exported to {output_dir} (report: "
           f"{os.path.join(output_dir, files.REPORT_MARKDOWN)})")
     if args.check:

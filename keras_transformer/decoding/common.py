@@ -11,10 +11,11 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.data.tokenizer import PAD_ID, START_ID
+from keras_transformer.files import FORBIDDEN_SCORE
 
-# Log-probability of tokens that must never be chosen and score of empty beam slots.
-# Finite, unlike -inf, so that sums and divisions of scores stay finite.
-FORBIDDEN = -1e9
+# Log-probability of tokens that must never be chosen and score of empty beam slots
+# (and of an n-best list's fillers, which readers of artifacts drop by it).
+FORBIDDEN = FORBIDDEN_SCORE
 
 # In the log-softmax's sum, logits further than this below their row's largest count
 # as that far (`log_normalizers`).

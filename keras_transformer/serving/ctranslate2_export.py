@@ -120,7 +120,8 @@ def export_ctranslate2(translator, export_dir, export_id=None):
                "max_output_length": translator.max_output_length,
                "extra_length": translator.extra_length,
                "beam_size": translator.beam_size,
-               "length_penalty": translator.length_penalty}
+               "length_penalty": translator.length_penalty,
+               "n_best": translator.n_best}
     entry = {"ctranslate2": ctranslate2.__version__, "translator": options}
     for name, quantization in QUANTIZATIONS.items():
         # Each spec is quantized in place when saved: build a fresh one per directory.

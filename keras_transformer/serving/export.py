@@ -35,6 +35,14 @@ from keras_transformer.serving import translator as translator_lib
 
 logger = logging.getLogger(__name__)
 
+# What each signature does, as the report says it (every artifact has the same ones).
+SIGNATURE_SUMMARIES = {
+    files.GREEDY_SIGNATURE: "greedy",
+    files.BEAM_SIGNATURE: "beam search",
+    files.N_BEST_SIGNATURE: "beam search's n best hypotheses",
+    files.SCORE_SIGNATURE: "log-probabilities of given translations",
+}
+
 
 def export_translator(translator, directory, *, quantize=True, ctranslate2=False, run=None):
     """Writes the SavedModel, TFLite files and report of `translator` into `directory`.
@@ -107,11 +115,12 @@ def _write_artifacts(translator, directory, export_id, quantize, ctranslate2_exp
                        "extra_length": translator.extra_length,
                        "beam_size": translator.beam_size,
                        "length_penalty": translator.length_penalty,
+                       "n_best": translator.n_best,
                        "vocabulary_size": translator.tokenizer.vocabulary_size},
         "tokenizer_sha256": export_folder.sha256(tokenizer_path),
         "saved_model": {"path": SAVED_MODEL, "bytes": _size(saved_model_dir),
-                        "signatures": {files.GREEDY_SIGNATURE: "greedy",
-                                       files.BEAM_SIGNATURE: "beam search"},
+                        "signatures": {name: SIGNATURE_SUMMARIES[name]
+                                       for name in translator.exported_signatures},
                         "tf_text_ops": tf_text_ops, "ops": ops},
     }
     for key, name, quantized in (("tflite", TFLITE, False),
@@ -147,6 +156,7 @@ def _export_tflite(translator, path, quantize, export_id):
     with open(path, "wb") as file:
         file.write(content)
     return {"path": os.path.basename(path), "bytes": len(content),
+            "signatures": list(translator.exported_signatures),
             "quantization": "dynamic range (int8 weights)" if quantize else None,
             "custom_ops": custom_ops, "ops": ops}
 

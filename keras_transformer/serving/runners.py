@@ -4,11 +4,12 @@ Commands that run an exported translator take a SavedModel directory, a `.tflite
 a CTranslate2 directory (`export --ctranslate2`), or a run directory, which stands for
 the SavedModel that `export RUN_DIR` writes into it (`artifacts.resolve_artifact`).
 
-The same `string[B]` signature is called three ways: through `tf.saved_model.load`
-(TensorFlow 2), through the session-based loader that TF Serving and `saved_model_cli`
-use (`tf.compat.v1.saved_model.loader.load`), and through LiteRT for the `.tflite` file.
+The same signature is called three ways: through `tf.saved_model.load` (TensorFlow 2),
+through the session-based loader that TF Serving and `saved_model_cli` use
+(`tf.compat.v1.saved_model.loader.load`), and through LiteRT for the `.tflite` file.
 Each runner takes a list of `str` or `bytes` (any bytes: the graph decides what to make
-of invalid UTF-8) and returns the signature's outputs as NumPy arrays. Only what an
+of invalid UTF-8), and for the `score` signature a second list, the translations to
+score, and returns the signature's outputs as NumPy arrays. Only what an
 artifact needs is imported: TensorFlow and tf-text for a SavedModel, LiteRT and tf-text's
 kernels (not TensorFlow's Python package) for a `.tflite` file, CTranslate2 and
 SentencePiece for a CTranslate2 directory; never the model code.
@@ -16,10 +17,12 @@ SentencePiece for a CTranslate2 directory; never the model code.
 Public API:
     - `SavedModelRunner(directory, signature)`, `SessionRunner(directory, signature)`,
       `TFLiteRunner(path_or_content, signature)`, `CTranslate2Runner(directory, beam)`:
-      `runner(sentences) -> dict`.
-    - `open_runner(path, beam=False, session=False)`: the runner an artifact needs.
+      `runner(sentences) -> dict`, and `runner(sentences, translations)` for `score`.
+    - `open_runner(path, beam=False, session=False, signature=None)`: the runner an
+      artifact needs; `MissingSignatureError` when it lacks the signature.
     - `translations(outputs)`: the `translations` output as a list of `str`.
-    - `ModuleRunner(translator, beam=False)`: a runner over a `Translator` in memory.
+    - `ModuleRunner(translator, beam=False, signature=None)`: a runner over a
+      `Translator` in memory.
 """
 
 import json
@@ -29,7 +32,14 @@ import os
 import numpy as np
 
 from keras_transformer import files
-from keras_transformer.files import BEAM_SIGNATURE, GREEDY_SIGNATURE, INPUT_NAME
+from keras_transformer.files import (
+    BEAM_SIGNATURE,
+    GREEDY_SIGNATURE,
+    INPUT_NAME,
+    N_BEST_SIGNATURE,
+    SCORE_SIGNATURE,
+    TRANSLATIONS_INPUT,
+)
 from keras_transformer.serving import export_folder, litert
 
 logger = logging.getLogger(__name__)
@@ -40,8 +50,6 @@ CTRANSLATE2_DEFAULT_THREADS = 1
 # TensorFlow's threads for a SavedModel unless asked (`set_tensorflow_threads`).
 SAVED_MODEL_DEFAULT_THREADS = 1
 
-_EMPTY_OUTPUTS = {"translations": np.zeros([0], object),
-                  "token_ids": np.zeros([0, 0], np.int32), "scores": np.zeros([0], np.float32)}
 
 
 def encode_sentences(sentences):
@@ -49,6 +57,22 @@ def encode_sentences(sentences):
     encoded = [s.encode("utf-8", "surrogateescape") if isinstance(s, str) else bytes(s)
                for s in sentences]
     return np.array(encoded, dtype=object).reshape([len(encoded)])
+
+
+def signature_inputs(sentences, translations=None):
+    """Returns the `{input name: bytes array}` of a call; `translations` for `score`.
+
+    Raises:
+        ValueError: `translations` has not one entry per sentence (which TFLite would
+            not check: its kernels would fail on, or misread, the other batch).
+    """
+    inputs = {INPUT_NAME: encode_sentences(sentences)}
+    if translations is not None:
+        if len(translations) != len(sentences):
+            raise ValueError(f"{len(sentences)} sentences but {len(translations)} "
+                             "translations to score: give one translation per sentence.")
+        inputs[TRANSLATIONS_INPUT] = encode_sentences(translations)
+    return inputs
 
 
 def set_tensorflow_threads(threads=None):
@@ -97,10 +121,10 @@ class SavedModelRunner:
         self._loaded = tf.saved_model.load(os.fspath(directory))
         self._function = self._loaded.signatures[signature]
 
-    def __call__(self, sentences):
-        tensor = self._tf.constant(encode_sentences(sentences), self._tf.string)
-        return {name: value.numpy()
-                for name, value in self._function(**{INPUT_NAME: tensor}).items()}
+    def __call__(self, sentences, translations=None):
+        inputs = {name: self._tf.constant(value, self._tf.string)
+                  for name, value in signature_inputs(sentences, translations).items()}
+        return {name: value.numpy() for name, value in self._function(**inputs).items()}
 
 
 class SessionRunner:
@@ -130,11 +154,13 @@ class SessionRunner:
             meta_graph = tf.compat.v1.saved_model.loader.load(
                 self._session, [tf.saved_model.SERVING], os.fspath(directory))
         signature_def = meta_graph.signature_def[signature]
-        self._input = signature_def.inputs[INPUT_NAME].name
+        self._inputs = {name: info.name for name, info in signature_def.inputs.items()}
         self._outputs = {name: info.name for name, info in signature_def.outputs.items()}
 
-    def __call__(self, sentences):
-        return self._session.run(self._outputs, {self._input: encode_sentences(sentences)})
+    def __call__(self, sentences, translations=None):
+        inputs = signature_inputs(sentences, translations)
+        return self._session.run(self._outputs, {self._inputs[name]: value
+                                                 for name, value in inputs.items()})
 
     def close(self):
         self._session.close()
@@ -168,14 +194,22 @@ class TFLiteRunner:
             raise ValueError(f"{name} is not a TFLite model LiteRT can load ({error}): "
                              "export the run again (keras-transformer export RUN_DIR).") from None
         self._runner = self._interpreter.get_signature_runner(signature)
+        # The model runs on an empty batch, but LiteRT's Python binding refuses to read
+        # back its zero-sized numeric outputs ("Invalid tensor size"): what an empty
+        # batch gives instead, each output's shape with 0 for the batch and every other
+        # unknown size. Read before any call: a call sets string outputs' signatures
+        # to the shapes it gave.
+        self._empty_outputs = {
+            name: np.zeros([max(size, 0) for size in details["shape_signature"]],
+                           object if details["dtype"] is np.bytes_ else details["dtype"])
+            for name, details in self._runner.get_output_details().items()}
 
-    def __call__(self, sentences):
+    def __call__(self, sentences, translations=None):
+        inputs = signature_inputs(sentences, translations)
         if len(sentences) == 0:
-            # The model runs on an empty batch, but LiteRT's Python binding refuses to
-            # read back its zero-sized numeric outputs ("Invalid tensor size").
-            return {name: value.copy() for name, value in _EMPTY_OUTPUTS.items()}
-        # The runner resizes the input to the batch and copies the outputs out.
-        return self._runner(**{INPUT_NAME: encode_sentences(sentences)})
+            return {name: value.copy() for name, value in self._empty_outputs.items()}
+        # The runner resizes the inputs to the batch and copies the outputs out.
+        return self._runner(**inputs)
 
 
 class CTranslate2Runner:
@@ -191,14 +225,23 @@ class CTranslate2Runner:
     A sentence without a piece translates to the empty string (ids `[END]`, score 0)
     without a call.
 
+    `n_best` calls `translate_batch` with `num_hypotheses`; CTranslate2 ranks by its
+    own length penalty, `log P / length ** α`, not GNMT's `((5 + length) / 6) ** α`
+    of the exported beam search, so lists may be ordered differently; their
+    `normalized_scores` are CTranslate2's, their `scores` the log-probabilities
+    (`score_batch` of each hypothesis). `score` calls `score_batch`, whose softmax is
+    the model's whole one, as the exported `score`'s.
+
     Args:
         directory: str. The CTranslate2 model directory.
         beam: bool. Beam search with the exported beam size and α instead of greedy.
         threads: int or `None`. CTranslate2's intra-op threads; `None`: one (see
             `CTRANSLATE2_DEFAULT_THREADS`).
+        signature: str or `None`: which signature's outputs to give, instead of
+            `beam`'s (`files.SIGNATURES`).
     """
 
-    def __init__(self, directory, beam=False, threads=None):
+    def __init__(self, directory, beam=False, threads=None, signature=None):
         import ctranslate2  # here: see SavedModelRunner
         import sentencepiece
 
@@ -210,44 +253,110 @@ class CTranslate2Runner:
         self._translator = ctranslate2.Translator(
             directory, device="cpu", inter_threads=1,
             intra_threads=threads or CTRANSLATE2_DEFAULT_THREADS)
-        self._beam_size = self.options["beam_size"] if beam else 1
-        self._length_penalty = self.options["length_penalty"] if beam else 0.0
+        self.signature = signature or (BEAM_SIGNATURE if beam else GREEDY_SIGNATURE)
+        searching = self.signature in (BEAM_SIGNATURE, N_BEST_SIGNATURE)
+        self._beam_size = self.options["beam_size"] if searching else 1
+        self._length_penalty = self.options["length_penalty"] if searching else 0.0
+        self._hypotheses = (self.options.get("n_best", min(4, self._beam_size))
+                            if self.signature == N_BEST_SIGNATURE else 1)
         # The reserved ids as the SentencePiece model records them (`data.tokenizer`
         # imports TensorFlow, which this runner must not).
         self._pad_id, self._end_id = self._processor.pad_id(), self._processor.eos_id()
         self._pad = self._processor.id_to_piece(self._pad_id)
 
-    def __call__(self, sentences):
-        texts = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s)
-                 for s in sentences]
+    def __call__(self, sentences, translations=None):
+        signature_inputs(sentences, translations)  # checks one translation per sentence
+        texts = [_text(s) for s in sentences]
         # START and END (added by CTranslate2, `add_source_bos/eos`) must fit too.
         pieces = [ids[:self.options["max_source_length"] - 2]
                   for ids in self._processor.encode(texts)]
+        if self.signature == SCORE_SIGNATURE:
+            return self._score(pieces, [_text(t) for t in translations])
+        rows, scores = self._translate(pieces)
+        if self.signature != N_BEST_SIGNATURE:
+            rows = [hypotheses[0] for hypotheses in rows]
+            return {"translations": self._texts(rows), "token_ids": _padded(rows, self._pad_id),
+                    "scores": np.array([row[0] for row in scores], np.float32)}
+        # Fillers as the exported n_best's: empty, scored FORBIDDEN_SCORE.
+        count = self._hypotheses
+        rows = [hypotheses + [[]] * (count - len(hypotheses)) for hypotheses in rows]
+        flat = [row for hypotheses in rows for row in hypotheses]
+        log_probs = self._score_ids(pieces, rows)
+        normalized = np.full([len(texts), count], files.FORBIDDEN_SCORE, np.float32)
+        for i, row in enumerate(scores):
+            # An empty source's one hypothesis, END, was not searched: its length
+            # penalty is 1 in both conventions.
+            normalized[i, :len(row)] = row if pieces[i] else log_probs[i, :1]
+        token_ids = _padded(flat, self._pad_id).reshape([len(texts), count, -1])
+        return {"translations": self._texts(flat).reshape([len(texts), count]),
+                "token_ids": token_ids, "scores": np.where(
+                    normalized == files.FORBIDDEN_SCORE, normalized, log_probs),
+                "normalized_scores": normalized}
+
+    def _translate(self, pieces):
+        """Returns each sentence's hypotheses (id lists) and CTranslate2's scores."""
         limits = [self._limit(len(ids) + 2) for ids in pieces]
-        rows = [[self._end_id] for _ in texts]
-        scores = np.zeros([len(texts)], np.float32)
+        rows = [[[self._end_id]] for _ in pieces]
+        scores = [[0.0] for _ in pieces]
         nonempty = [i for i, ids in enumerate(pieces) if ids]
         if nonempty:
             results = self._translator.translate_batch(
-                [[self._processor.id_to_piece(j) for j in pieces[i]] for i in nonempty],
+                [self._pieces(pieces[i]) for i in nonempty],
                 beam_size=self._beam_size, length_penalty=self._length_penalty,
+                num_hypotheses=self._hypotheses,
                 max_decoding_length=max(limits[i] for i in nonempty),
                 min_decoding_length=1, max_input_length=0, return_end_token=True,
                 return_scores=True, suppress_sequences=[[self._pad]])
             for i, result in zip(nonempty, results):
                 # One limit for the batch: cut each output to its own, as the exported
                 # translator stops each sentence at its own (greedy prefixes agree).
-                rows[i] = [self._processor.piece_to_id(piece)
-                           for piece in result.hypotheses[0]][:limits[i]]
-                scores[i] = result.scores[0]
-        width = max((len(row) for row in rows), default=0)
-        token_ids = np.full([len(texts), width], self._pad_id, np.int32)
-        for i, row in enumerate(rows):
-            token_ids[i, :len(row)] = row
-        translations = np.array(
+                rows[i] = [[self._processor.piece_to_id(piece) for piece in hypothesis][
+                    :limits[i]] for hypothesis in result.hypotheses]
+                scores[i] = list(result.scores)
+        return rows, scores
+
+    def _score(self, pieces, translations):
+        """The `score` signature's outputs of `translations` after `pieces`."""
+        targets = [ids[:self.options["max_source_length"] - 2] + [self._end_id]
+                   for ids in self._processor.encode(translations)]
+        results = self._score_results(pieces, targets)
+        token_scores = _padded([result.log_probs for result in results], 0.0, np.float32)
+        token_ids = _padded(targets, self._pad_id)
+        # Bytes, "" at padding, as the exported signature gives them.
+        tokens = np.array([[self._processor.id_to_piece(int(i)).encode("utf-8")
+                            if i != self._pad_id else b"" for i in row]
+                           for row in token_ids], dtype=object).reshape(token_ids.shape)
+        return {"scores": token_scores.sum(axis=1), "token_scores": token_scores,
+                "token_ids": token_ids, "tokens": tokens}
+
+    def _score_ids(self, pieces, rows):
+        """Log-probabilities `(B, n)` of each sentence's hypotheses (id lists)."""
+        sources = [source for source, hypotheses in zip(pieces, rows) for _ in hypotheses]
+        targets = [row if row else [self._end_id] for hypotheses in rows for row in hypotheses]
+        results = self._score_results(sources, targets)
+        # A hypothesis cut at the length limit has no END, which CTranslate2 scores
+        # all the same: its last log-probability is not the hypothesis's.
+        return np.array([sum(result.log_probs[:None if self._end_id in row else -1])
+                         for result, row in zip(results, targets)],
+                        np.float32).reshape([len(rows), -1])
+
+    def _score_results(self, sources, targets):
+        """CTranslate2's `ScoringResult`s of target id lists (END last) after sources.
+
+        CTranslate2 adds START before each target and reads END as its end: the end
+        token is given as a piece of the target, scored as the last token."""
+        return self._translator.score_batch(
+            [self._pieces(ids) for ids in sources],
+            [self._pieces([i for i in ids if i != self._end_id]) for ids in targets],
+            max_input_length=0)
+
+    def _pieces(self, ids):
+        return [self._processor.id_to_piece(int(i)) for i in ids]
+
+    def _texts(self, rows):
+        return np.array(
             [self._processor.decode([j for j in row if j != self._end_id]).encode("utf-8")
-             for row in rows], dtype=object).reshape([len(texts)])
-        return {"translations": translations, "token_ids": token_ids, "scores": scores}
+             for row in rows], dtype=object).reshape([len(rows)])
 
     def _limit(self, source_length):
         """Output tokens allowed, END included, for a source of `source_length` ids."""
@@ -258,7 +367,7 @@ class CTranslate2Runner:
         return limit
 
 
-def open_runner(path, beam=False, session=False, threads=None):
+def open_runner(path, beam=False, session=False, threads=None, signature=None):
     """Returns the runner for the artifact at `path`.
 
     Args:
@@ -266,18 +375,34 @@ def open_runner(path, beam=False, session=False, threads=None):
         beam: bool. Use the beam-search signature.
         session: bool. Load the SavedModel with the session-based loader.
         threads: int or `None` (each runtime's default here). Threads of the runtime.
+        signature: str or `None`. The signature to call (`files.SIGNATURES`), instead
+            of `beam`'s.
 
     Raises:
         export_folder.ExportMismatchError: the artifact lies in an export folder whose
             files come from different exports.
+        MissingSignatureError: the artifact has no such signature.
     """
     export_folder.check_consistent(export_folder.export_folder_of(path))
-    signature = BEAM_SIGNATURE if beam else GREEDY_SIGNATURE
-    if os.fspath(path).endswith(".tflite"):
-        return TFLiteRunner(path, signature, threads=threads)
+    signature = signature or (BEAM_SIGNATURE if beam else GREEDY_SIGNATURE)
     if files.is_ctranslate2_dir(path):
-        return CTranslate2Runner(path, beam=beam, threads=threads)
-    return (SessionRunner if session else SavedModelRunner)(path, signature, threads)
+        return CTranslate2Runner(path, threads=threads, signature=signature)
+    try:
+        if os.fspath(path).endswith(".tflite"):
+            return TFLiteRunner(path, signature, threads=threads)
+        return (SessionRunner if session else SavedModelRunner)(path, signature, threads)
+    except KeyError:  # TensorFlow's loaders
+        pass
+    except ValueError as error:  # LiteRT's
+        if "signature" not in str(error).lower():
+            raise
+    raise MissingSignatureError(f"{path} has no signature {signature!r} (it was exported "
+                                "before there was one, or without it): export the run "
+                                "again (keras-transformer export RUN_DIR).")
+
+
+class MissingSignatureError(ValueError):
+    """An artifact lacks the signature asked for; the message says what to do."""
 
 
 def translations(outputs):
@@ -286,21 +411,45 @@ def translations(outputs):
             for text in np.asarray(outputs["translations"]).reshape([-1])]
 
 
+def _text(sentence):
+    return sentence.decode("utf-8", "replace") if isinstance(sentence, bytes) else str(sentence)
+
+
+def _padded(rows, value, dtype=np.int32):
+    """Returns the lists `rows` as one `(len(rows), longest)` array padded with `value`."""
+    width = max((len(row) for row in rows), default=0)
+    array = np.full([len(rows), width], value, dtype)
+    for i, row in enumerate(rows):
+        array[i, :len(row)] = row
+    return array
+
+
 class ModuleRunner:
     """A runner over a `serving.translator.Translator` in memory: what its export would do.
 
     Args:
         translator: a `Translator`.
         beam: bool. Use its beam search instead of greedy decoding.
+        signature: str or `None`. The signature whose function to call, instead of
+            `beam`'s (`files.SIGNATURES`).
     """
 
-    def __init__(self, translator, beam=False):
+    def __init__(self, translator, beam=False, signature=None):
         import tensorflow as tf  # here: a Translator is TensorFlow's; artifacts need not be
 
         self._tf = tf
         self.translator = translator
-        self._function = translator.translate_beam if beam else translator.translate
+        signature = signature or (BEAM_SIGNATURE if beam else GREEDY_SIGNATURE)
+        self._function = {GREEDY_SIGNATURE: translator.translate,
+                          BEAM_SIGNATURE: translator.translate_beam,
+                          N_BEST_SIGNATURE: translator.translate_n_best,
+                          SCORE_SIGNATURE: translator.score}[signature]
 
-    def __call__(self, sentences):
-        tensor = self._tf.constant(encode_sentences(sentences), self._tf.string)
-        return {name: value.numpy() for name, value in self._function(tensor).items()}
+    def __call__(self, sentences, translations=None):
+        inputs = [self._tf.constant(value, self._tf.string)
+                  for value in signature_inputs(sentences, translations).values()]
+        return {name: value.numpy() for name, value in self._function(*inputs).items()}
+
+    def with_signature(self, signature):
+        """Returns a `ModuleRunner` of the same translator calling `signature`."""
+        return ModuleRunner(self.translator, signature=signature)

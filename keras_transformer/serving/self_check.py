@@ -3,8 +3,10 @@
 On a set of real sentences: the in-memory model, the SavedModel (through both loaders)
 and the TFLite file must produce the same token ids; cached greedy decoding must equal
 the uncached reference; a batch must decode like each sentence alone; beam search must
-match too. The dynamic-range-quantized TFLite file is compared for information only:
-int8 weights are expected to change some translations. CTranslate2 directories, when
+match too, and so must the n-best lists (whose first entries are beam search's) and the
+scores of given translations, where exported. The dynamic-range-quantized TFLite file
+is compared for information only: int8 weights are expected to change some
+translations. CTranslate2 directories, when
 exported, must give the SavedModel's greedy ids on 99 % of the sentences.
 
     keras-transformer export RUN_DIR --check    (or: python -m export.check RUN_DIR)
@@ -27,6 +29,11 @@ from keras_transformer.data.tokenizer import END_ID, PAD_ID
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.serving import export_folder, runners
 from keras_transformer.serving.translator import Translator
+
+# How far scores of two runtimes may lie apart (`same_scores`): float32 sums of up to
+# a hundred log-probabilities, each rounded apart in other kernels.
+SCORE_RTOL = 1e-4
+SCORE_ATOL = 1e-3
 
 
 class SelfCheckFailed(RuntimeError):
@@ -106,6 +113,77 @@ def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16):
     if files.is_ctranslate2_dir(os.path.join(export_dir, files.CTRANSLATE2)):
         checks += ctranslate2_checks(export_dir, sentences, reference, batch_size)
     return checks, reference
+
+
+def _exported_signatures(export_dir):
+    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
+        return json.load(file)["saved_model"]["signatures"]
+
+
+def same_scores(name, expected, actual):
+    """Returns a `Check` passing when two score arrays agree to float32 rounding
+    (kernels of other runtimes sum in other orders)."""
+    expected, actual = np.asarray(expected, np.float64), np.asarray(actual, np.float64)
+    if expected.shape != actual.shape:
+        return Check(name, False, f"shapes {expected.shape} and {actual.shape}")
+    furthest = float(np.max(np.abs(expected - actual), initial=0.0))
+    passed = bool(np.allclose(expected, actual, rtol=SCORE_RTOL, atol=SCORE_ATOL))
+    return Check(name, passed, f"{expected.size} scores, at most {furthest:.2g} apart")
+
+
+def rich_decoding_checks(export_dir, sources, translator=None):
+    """Checks of the `n_best` and `score` signatures (where exported) between the
+    artifacts and, given `translator`, the in-memory model.
+
+    The n-best lists of `sources` must start with beam search's output, and their ids
+    and scores must agree everywhere, as must the scores of the SavedModel's greedy
+    translations of `sources`.
+    """
+    saved_model = os.path.join(export_dir, files.SAVED_MODEL)
+    tflite_path = os.path.join(export_dir, files.TFLITE)
+    signatures = _exported_signatures(export_dir)
+    checks = []
+    if files.N_BEST_SIGNATURE in signatures:
+        n_best = runners.SavedModelRunner(saved_model, files.N_BEST_SIGNATURE)(sources)
+        beam = runners.SavedModelRunner(saved_model, files.BEAM_SIGNATURE)(sources)
+        checks.append(compare("n-best: first = beam search (SavedModel)",
+                              token_sequences(beam["token_ids"]),
+                              token_sequences(n_best["token_ids"][:, 0])))
+        for name, outputs in _n_best_elsewhere(tflite_path, translator, sources):
+            checks.append(compare(f"n-best: {name} = SavedModel",
+                                  _flat_sequences(n_best), _flat_sequences(outputs)))
+            checks.append(same_scores(f"n-best scores: {name} = SavedModel",
+                                      n_best["scores"], outputs["scores"]))
+    if files.SCORE_SIGNATURE in signatures:
+        targets = runners.translations(runners.SavedModelRunner(saved_model)(sources))
+        scores = runners.SavedModelRunner(saved_model, files.SCORE_SIGNATURE)(sources,
+                                                                              targets)
+        elsewhere = []
+        if os.path.exists(tflite_path):
+            elsewhere.append(("TFLite", runners.TFLiteRunner(
+                tflite_path, files.SCORE_SIGNATURE)(sources, targets)))
+        if translator is not None:
+            elsewhere.append(("in-memory", runners.ModuleRunner(
+                translator, signature=files.SCORE_SIGNATURE)(sources, targets)))
+        for name, outputs in elsewhere:
+            checks.append(same_scores(f"score: {name} = SavedModel", scores["scores"],
+                                      outputs["scores"]))
+    return checks
+
+
+def _n_best_elsewhere(tflite_path, translator, sources):
+    """Yields `(name, n_best outputs)` of the TFLite file and the in-memory model."""
+    if os.path.exists(tflite_path):
+        yield "TFLite", runners.TFLiteRunner(tflite_path, files.N_BEST_SIGNATURE)(sources)
+    if translator is not None:
+        yield "in-memory", runners.ModuleRunner(
+            translator, signature=files.N_BEST_SIGNATURE)(sources)
+
+
+def _flat_sequences(outputs):
+    """The token sequences of every hypothesis of `n_best` outputs, row after row."""
+    ids = np.asarray(outputs["token_ids"])
+    return token_sequences(ids.reshape([-1, ids.shape[-1]]))
 
 
 def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
@@ -244,7 +322,8 @@ def translator_options(export_dir):
     with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
         recorded = json.load(file)["translator"]
     return {name: recorded[name] for name in
-            ("max_output_length", "extra_length", "beam_size", "length_penalty")}
+            ("max_output_length", "extra_length", "beam_size", "length_penalty", "n_best")
+            if name in recorded}  # n_best: not in reports of older exports
 
 
 def write_check_report(export_dir, checks):
@@ -281,5 +360,6 @@ def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
     checks, reference = artifact_checks(export_dir, sentences)
     translator = Translator(model, tokenizer, **translator_options(export_dir))
     checks += model_checks(translator, sentences, reference, export_dir=export_dir)
+    checks += rich_decoding_checks(export_dir, sentences[:16], translator)
     write_check_report(export_dir, checks)
     return checks

@@ -7,19 +7,27 @@ needs nothing but TensorFlow (or LiteRT) and tf-text's ops to translate.
 
 Public API:
     - `Translator(model, tokenizer, ...)`: `translate(sentences)` (greedy),
-      `translate_beam(sentences)`, `source_ids(sentences)`, `signatures()`; in memory
-      for now (not yet among the exported signatures): `translate_n_best(sentences)`
-      and `score(sentences, translations)`.
+      `translate_beam(sentences)`, `translate_n_best(sentences)`,
+      `score(sentences, translations)`, `source_ids(sentences)`, `signatures()`.
     - `source_ids(tokenizer, sentences, max_length)`: what every translator feeds the
       model.
-    - `save_saved_model(translator, directory)`: a SavedModel with `serving_default`
-      (greedy) and `beam_search` signatures.
-    - `convert_to_tflite(translator, quantize=False)`: the same two signatures as TFLite
+    - `save_saved_model(translator, directory)`: a SavedModel with the signatures below.
+    - `convert_to_tflite(translator, quantize=False)`: the same signatures as TFLite
       bytes: TFLite builtins plus tf-text's custom ops, no Flex ops.
 
-Every signature maps `sentences: string[B]` to `translations: string[B]`, `token_ids:
-int32[B, L]` (decoder output, END and padding included) and `scores: float32[B]` (sum of
-the output tokens' log-probabilities). Any string is accepted: sources longer than the
+The signatures (names in `keras_transformer.files`; `Translator(signatures=…)` exports
+fewer), each taking `sentences: string[B]`, and their outputs:
+
+- `serving_default` (`translate`, greedy) and `beam_search` (`translate_beam`):
+  `translations` string[B], `token_ids` int32[B, L], `scores` float32[B].
+- `n_best` (`translate_n_best`): `translations` string[B, N], `token_ids`
+  int32[B, N, L], `scores` and `normalized_scores` float32[B, N].
+- `score` (`score`; a second input, `translations: string[B]`): `scores` float32[B],
+  `token_scores` float32[B, T], `token_ids` int32[B, T], `tokens` string[B, T].
+
+`token_ids` are decoder outputs, END and padding included; `scores` sum the output
+tokens' log-probabilities, and `normalized_scores` divide them by beam search's length
+penalty (what ranks the n-best list). Any string is accepted: sources longer than the
 model's `max_length` are truncated (keeping room for START and END), and outputs stop
 at `min(source length + extra_length, max_length - 1, max_output_length)` tokens, so every
 call ends. A sentence without a token translates to an empty string, and no other does.
@@ -36,13 +44,17 @@ from keras_transformer.files import (
     BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
     INPUT_NAME,
+    N_BEST_SIGNATURE,
     PAPER_BEAM_SIZE,
     PAPER_LENGTH_PENALTY,
+    SCORE_SIGNATURE,
+    SIGNATURES,
+    TRANSLATIONS_INPUT,
 )
 from keras_transformer.layers.decoder_layer import write_by_slice_update
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
-_TRANSLATIONS_SPEC = tf.TensorSpec([None], tf.string, name="translations")
+_TRANSLATIONS_SPEC = tf.TensorSpec([None], tf.string, name=TRANSLATIONS_INPUT)
 
 # Hypotheses of an n-best list unless asked (at most the beam size).
 DEFAULT_N_BEST = 4
@@ -74,6 +86,8 @@ class Translator(tf.Module):
         length_penalty: float. α of beam search's length penalty (§6.1: 0.6).
         n_best: int or `None`. Hypotheses of `translate_n_best`, at most `beam_size`;
             `None` for `min(DEFAULT_N_BEST, beam_size)`.
+        signatures: names of the signatures to export (`files.SIGNATURES`, the
+            default); `serving_default` among them. Fewer convert faster.
         jit_compile: bool. Decode with XLA (`decoding.decode_function`), for translating
             in this process, e.g. validation BLEU during training. Such a translator
             cannot be exported: TF Serving runs XLA on CPU only behind an experimental
@@ -87,7 +101,8 @@ class Translator(tf.Module):
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
                  beam_size=PAPER_BEAM_SIZE, length_penalty=PAPER_LENGTH_PENALTY,
-                 n_best=None, jit_compile=False, name="translator"):
+                 n_best=None, signatures=SIGNATURES, jit_compile=False,
+                 name="translator"):
         super().__init__(name=name)
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}.")
@@ -95,6 +110,11 @@ class Translator(tf.Module):
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best={n_best} must lie in 1..beam_size ({beam_size}): "
                              "beam search keeps no more hypotheses.")
+        unknown = sorted(set(signatures) - set(SIGNATURES))
+        if unknown or GREEDY_SIGNATURE not in signatures:
+            raise ValueError(f"signatures={list(signatures)}: choose among "
+                             f"{', '.join(SIGNATURES)}, {GREEDY_SIGNATURE} included"
+                             + (f" ({', '.join(unknown)} unknown)." if unknown else "."))
         # The SavedModel keeps the model's underlying tf.Variables, not the Keras model:
         # Keras 3 variables reached only through a Keras model are restored by
         # `tf.saved_model.load` but not by the session-based loader of TF Serving and
@@ -108,6 +128,7 @@ class Translator(tf.Module):
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.n_best = n_best
+        self.exported_signatures = tuple(name for name in SIGNATURES if name in signatures)
         self.jit_compile = jit_compile
         # Untracked as well: XLA-compiled decoders serve this process and are not exported.
         self._untracked.compiled = {
@@ -139,13 +160,7 @@ class Translator(tf.Module):
         string `(B, n)`, `token_ids` int32 `(B, n, L)`, `scores` and
         `normalized_scores` float32 `(B, n)`. A sentence with fewer hypotheses (an
         empty source has one) gets empty strings scored -1e9 for the rest."""
-        decoded = self._decoder(beam=True)(self.model, self.source_ids(sentences),
-                                           num_hypotheses=self.n_best)
-        ids = decoded.ids  # (B, n, L)
-        flat = tf.reshape(ids, [-1, tf.shape(ids)[-1]])  # (B*n, L)
-        translations = tf.reshape(self.detokenize(flat), [-1, self.n_best])
-        return {"translations": translations, "token_ids": ids, "scores": decoded.scores,
-                "normalized_scores": decoded.normalized_scores}
+        return self._translate_n_best(sentences)
 
     @tf.function(input_signature=[_SENTENCES_SPEC, _TRANSLATIONS_SPEC])
     def score(self, sentences, translations):
@@ -153,7 +168,12 @@ class Translator(tf.Module):
         log-probability of each translation's pieces and END; `token_scores` `(B, T)`,
         each token's (0 at padding); `token_ids` int32 `(B, T)` and `tokens` string
         `(B, T)`, the pieces scored ("" at padding). Translations are tokenized as
-        targets are in training and truncated to the model's `max_length - 1` tokens."""
+        targets are in training and truncated to the model's `max_length - 1` tokens.
+        TFLite drops the check that both inputs have one entry per sentence: callers
+        of a `.tflite` file check it (`runners.TFLiteRunner` does)."""
+        return self._score(sentences, translations)
+
+    def _score(self, sentences, translations):
         tf.debugging.assert_equal(tf.shape(sentences), tf.shape(translations), message=(
             "sentences and translations must have one entry each per sentence"))
         pieces = self.tokenizer.tokenize(translations).to_tensor(
@@ -165,6 +185,17 @@ class Translator(tf.Module):
         tokens = tf.gather(self._pieces(), ids)
         return {"scores": scores, "token_scores": token_scores, "token_ids": ids,
                 "tokens": tokens}
+
+    def _translate_n_best(self, sentences, write_cache=None):
+        decoded = self._decoder(beam=True, write_cache=write_cache)(
+            self.model, self.source_ids(sentences), num_hypotheses=self.n_best)
+        ids = decoded.ids  # (B, n, L)
+        batch, width = tf.shape(ids)[0], tf.shape(ids)[2]
+        # Sizes spelled out, not -1: an empty batch has L = 0, and -1 is then ambiguous.
+        flat = tf.reshape(ids, [batch * self.n_best, width])  # (B*n, L)
+        translations = tf.reshape(self.detokenize(flat), [batch, self.n_best])
+        return {"translations": translations, "token_ids": ids, "scores": decoded.scores,
+                "normalized_scores": decoded.normalized_scores}
 
     def _pieces(self):
         """The vocabulary's pieces as a string constant `(V,)`, "" for PAD: a gather
@@ -206,22 +237,32 @@ class Translator(tf.Module):
     def signatures(self):
         """Returns the `{name: concrete function}` signatures to export."""
         _check_exportable(self)
-        return {GREEDY_SIGNATURE: self.translate.get_concrete_function(),
-                BEAM_SIGNATURE: self.translate_beam.get_concrete_function()}
+        functions = {GREEDY_SIGNATURE: self.translate, BEAM_SIGNATURE: self.translate_beam,
+                     N_BEST_SIGNATURE: self.translate_n_best, SCORE_SIGNATURE: self.score}
+        return {name: functions[name].get_concrete_function()
+                for name in self.exported_signatures}
 
     def tflite_signatures(self):
         """Returns the concrete functions to convert to TFLite, each named as its signature.
 
         The same functions as `signatures`, traced apart (once per translator) with the
         cache writes TFLite runs in place: slice updates, its `DYNAMIC_UPDATE_SLICE`
-        (`layers.decoder_layer.write_by_slice_update`).
+        (`layers.decoder_layer.write_by_slice_update`). Scoring has no cache.
         """
         _check_exportable(self)
         if getattr(self._untracked, "tflite_signatures", None) is None:
+            in_place = dict(write_cache=write_by_slice_update)
+            functions = {
+                GREEDY_SIGNATURE: (functools.partial(self._translate, beam=False, **in_place),
+                                   [_SENTENCES_SPEC]),
+                BEAM_SIGNATURE: (functools.partial(self._translate, beam=True, **in_place),
+                                 [_SENTENCES_SPEC]),
+                N_BEST_SIGNATURE: (functools.partial(self._translate_n_best, **in_place),
+                                   [_SENTENCES_SPEC]),
+                SCORE_SIGNATURE: (self._score,
+                                  [_SENTENCES_SPEC, _TRANSLATIONS_SPEC])}
             self._untracked.tflite_signatures = [
-                _named_function(name, functools.partial(
-                    self._translate, beam=beam, write_cache=write_by_slice_update))
-                for name, beam in ((GREEDY_SIGNATURE, False), (BEAM_SIGNATURE, True))]
+                _named_function(name, *functions[name]) for name in self.exported_signatures]
         return self._untracked.tflite_signatures
 
 
@@ -246,7 +287,7 @@ def _without_padding_columns(ids, minimum):
 
 
 def save_saved_model(translator, directory):
-    """Writes `translator` as a SavedModel with the greedy and beam-search signatures.
+    """Writes `translator` as a SavedModel with its signatures (`Translator.signatures`).
 
     Args:
         translator: `Translator`.
@@ -263,9 +304,9 @@ def save_saved_model(translator, directory):
 
 
 def convert_to_tflite(translator, quantize=False):
-    """Returns the translator as a TFLite flatbuffer (bytes) with both signatures.
+    """Returns the translator as a TFLite flatbuffer (bytes) with its signatures.
 
-    `serving_default` (greedy) and `beam_search`, as in the SavedModel. Only TFLite
+    The SavedModel's (`Translator.signatures`), with the same names. Only TFLite
     builtin ops and tf-text's custom ops (register them with
     `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`): the Flex delegate is not in the
     TensorFlow or LiteRT wheels, so the model must not need it.
@@ -290,13 +331,18 @@ def _check_exportable(translator):
                          "decoders are XLA programs): export one with jit_compile=False.")
 
 
-def _named_function(name, translate):
-    """Returns `translate(sentences)` as a concrete function called `name`.
+def _named_function(name, function, input_signature):
+    """Returns `function` as a concrete function called `name`.
 
-    The converter names each TFLite signature after its function.
+    The converter names each TFLite signature after its function, and its inputs after
+    the specs of `input_signature`.
     """
-    def call(sentences):
-        return translate(sentences)
+    if len(input_signature) == 1:
+        def call(sentences):
+            return function(sentences)
+    else:
+        def call(sentences, translations):
+            return function(sentences, translations)
 
     call.__name__ = name
-    return tf.function(call, input_signature=[_SENTENCES_SPEC]).get_concrete_function()
+    return tf.function(call, input_signature=input_signature).get_concrete_function()

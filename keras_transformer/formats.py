@@ -1,0 +1,98 @@
+"""What translators give, as Python values and as the text that commands write.
+
+`Hypothesis` and `Scored` are the values of `LoadedTranslator.n_best` and `.score`.
+The other functions take a sentence's number (0-based) and its row of a signature's
+outputs (`translate.output_windows`) and return its text, newline(s) included, as
+`translate.translate_file`'s `format_output` wants. The formats, one line per sentence
+unless said (scores with 4 decimals):
+
+- translations: the translation.
+- `translate --scores`: `SCORE<TAB>TRANSLATION`; SCORE is the log-probability of the
+  output tokens.
+- `translate --n-best N`: Moses's n-best format, up to N lines per sentence, best
+  first: `I ||| TRANSLATION ||| log_prob= LP ||| SCORE`. I counts input lines from 0;
+  SCORE, which ranks them, is LP over beam search's length penalty.
+- `score`: the log-probability of the given translation's tokens and END.
+- `score --tokens`: `SCORE<TAB>PIECES<TAB>TOKEN_SCORES`, the pieces and their
+  log-probabilities each separated by spaces.
+"""
+
+import functools
+import typing
+
+from keras_transformer import files
+
+
+class Hypothesis(typing.NamedTuple):
+    """One entry of an n-best list (`LoadedTranslator.n_best`)."""
+
+    translation: str
+    score: float
+    normalized_score: float
+
+
+class Scored(typing.NamedTuple):
+    """A scored translation (`LoadedTranslator.score`)."""
+
+    score: float
+    tokens: list
+    token_scores: list
+
+
+def one_line(text):
+    """Returns a `translations` entry (bytes or str) as one line of `str`: whatever
+    characters the detokenizer produced, one translation is one output line."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return " ".join(str(text).splitlines())
+
+
+def hypotheses(row):
+    """Returns the `Hypothesis` list of one sentence's `n_best` outputs, without the
+    fillers of sentences that have fewer hypotheses than the list's length."""
+    return [Hypothesis(one_line(text), float(score), float(normalized))
+            for text, score, normalized in zip(row["translations"], row["scores"],
+                                               row["normalized_scores"])
+            if score > files.FORBIDDEN_SCORE / 2]
+
+
+def scored(row):
+    """Returns the `Scored` of one sentence's `score` outputs, padding cut."""
+    tokens = [piece.decode("utf-8", "replace") if isinstance(piece, bytes) else str(piece)
+              for piece in row["tokens"]]
+    length = sum(1 for piece in tokens if piece)
+    return Scored(float(row["scores"]), tokens[:length],
+                  [float(value) for value in row["token_scores"][:length]])
+
+
+def translation(number, row):
+    """The translation alone."""
+    return one_line(row["translations"]) + "\n"
+
+
+def scored_translation(number, row):
+    """`SCORE<TAB>TRANSLATION`."""
+    return f"{float(row['scores']):.4f}\t{one_line(row['translations'])}\n"
+
+
+def n_best(count):
+    """Returns the Moses n-best formatter of at most `count` hypotheses a sentence."""
+    return functools.partial(_n_best, count)
+
+
+def _n_best(count, number, row):
+    return "".join(f"{number} ||| {hypothesis.translation} ||| log_prob= "
+                   f"{hypothesis.score:.4f} ||| {hypothesis.normalized_score:.4f}\n"
+                   for hypothesis in hypotheses(row)[:count])
+
+
+def score(number, row):
+    """The score of a given translation."""
+    return f"{float(row['scores']):.4f}\n"
+
+
+def token_scores(number, row):
+    """`SCORE<TAB>PIECES<TAB>TOKEN_SCORES`."""
+    result = scored(row)
+    return (f"{result.score:.4f}\t{' '.join(result.tokens)}\t"
+            + " ".join(f"{value:.4f}" for value in result.token_scores) + "\n")
