@@ -171,7 +171,8 @@ def _evaluate(args):
 
 def _add_score(parser):
     parser.add_argument("artifact", metavar="ARTIFACT",
-                        help="run directory, SavedModel directory or .tflite file")
+                        help="run directory, SavedModel directory, .tflite file or "
+                             "CTranslate2 directory")
     parser.add_argument("--source", required=True, metavar="FILE",
                         help="sentences, one a line")
     parser.add_argument("--target", required=True, metavar="FILE",
