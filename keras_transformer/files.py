@@ -94,17 +94,28 @@ CTRANSLATE2_INT8 = "ctranslate2_int8"
 CTRANSLATE2_MODEL = "model.bin"  # CTranslate2's own name, in each of the two above
 CTRANSLATE2_OPTIONS = "translator.json"  # beside it: the exported translator's options
 
-# The exported signatures (outputs in `serving.translator`). The translating ones take
-# `sentences` and give `translations`, `token_ids`, `scores`; `n_best` gives those per
-# hypothesis; `score` takes `sentences` and `translations` and scores the latter.
+# The exported signatures (outputs in `serving.translator`). Each takes `sentences`;
+# the translating ones give `translations`, `token_ids`, `scores`; `n_best` gives those
+# per hypothesis; `score`, `prefix` and `sample` take a second input (`SECOND_INPUTS`);
+# `align` adds the alignment outputs.
 GREEDY_SIGNATURE = "serving_default"
 BEAM_SIGNATURE = "beam_search"
 N_BEST_SIGNATURE = "n_best"
 SCORE_SIGNATURE = "score"
-SIGNATURES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE, SCORE_SIGNATURE)
+PREFIX_SIGNATURE = "prefix"
+SAMPLE_SIGNATURE = "sample"
+ALIGN_SIGNATURE = "align"
+SIGNATURES = (GREEDY_SIGNATURE, BEAM_SIGNATURE, N_BEST_SIGNATURE, SCORE_SIGNATURE,
+              PREFIX_SIGNATURE, SAMPLE_SIGNATURE, ALIGN_SIGNATURE)
 TRANSLATING_SIGNATURES = SIGNATURES[:2]  # what exports before n_best and score held
 INPUT_NAME = "sentences"
 TRANSLATIONS_INPUT = "translations"  # `score`'s second input
+PREFIXES_INPUT = "prefixes"
+SEEDS_INPUT = "seeds"
+# The second input of the signatures that take two: its name and its dtype's name.
+SECOND_INPUTS = {SCORE_SIGNATURE: (TRANSLATIONS_INPUT, "string"),
+                 PREFIX_SIGNATURE: (PREFIXES_INPUT, "string"),
+                 SAMPLE_SIGNATURE: (SEEDS_INPUT, "int32")}
 # Score of an n-best list's empty fillers (a sentence with fewer hypotheses than the
 # list holds) and log-probability of what decoding never chooses. Finite, unlike
 # -inf, so that sums and divisions of scores stay finite.

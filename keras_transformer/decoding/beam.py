@@ -46,7 +46,7 @@ def gnmt_length_penalty(length, alpha):
 def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
                 length_penalty=PAPER_LENGTH_PENALTY, max_length=None, extra_length=50,
                 start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False,
-                cache_chunk=None, write_cache=None, num_hypotheses=None):
+                cache_chunk=None, write_cache=None, num_hypotheses=None, prefix_ids=None):
     """Translates `source_ids` with beam search; returns the best hypothesis per sentence
     (or the `num_hypotheses` best).
 
@@ -69,6 +69,11 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
             sentence's n best finished hypotheses (an n-best list, best first) instead
             of the best alone. A sentence with fewer than n (an empty source has one)
             fills the rest with empty outputs (padding only) scored `FORBIDDEN`.
+        prefix_ids: int `(B, P)` or `None`. Target pieces every hypothesis starts with
+            (a target prefix, padded with `pad_id`; a row of padding forces nothing):
+            the search goes on after them, and scores count them. The length limit
+            still cuts; a sentence with an empty source and a prefix is searched as
+            any other.
 
     Returns:
         A `Decoded`: the best hypothesis, its log-probability (`scores`) and its
@@ -95,10 +100,17 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
     # stay the same for all of them (the model's `sentence_cache_entries`) are not copied.
     beam_rows = tf.range(batch * beam_size) // beam_size  # (B*K,)
     cache = _gather_cache(cache, beam_rows, None, _sentence_entries(model))
-    nonempty = tf.gather(has_source(source_ids, start_id, end_id, pad_id), beam_rows)
+    nonempty = has_source(source_ids, start_id, end_id, pad_id)  # (B,)
+    prefix = ()  # or the ids and lengths of each row's prefix, (B*K, P) and (B*K,)
+    if prefix_ids is not None:
+        prefix_ids = tf.cast(prefix_ids, tf.int32)
+        prefix_lengths = tf.reduce_sum(tf.cast(prefix_ids != pad_id, tf.int32), axis=1)
+        nonempty = nonempty | (prefix_lengths > 0)
+        prefix = (tf.gather(prefix_ids, beam_rows), tf.gather(prefix_lengths, beam_rows))
+    row_terms = (tf.gather(nonempty, beam_rows), prefix)
     search = _BeamSearch(model, beam_size, length_penalty, end_id, pad_id, write_cache,
                          num_hypotheses)
-    steps, (tokens, scores, normalized) = search.run(cache, limits, nonempty, buffer_length,
+    steps, (tokens, scores, normalized) = search.run(cache, limits, row_terms, buffer_length,
                                                      start_id, grow, cache_chunk)
     return decoded(model, tokens[..., 1:steps + 1], scores, normalized, encoder_output,
                    source_ids, start_id, pad_id, return_attention)
@@ -126,7 +138,7 @@ class _BeamSearch:
         self.step_options = step_options(
             self.beam_size if self.sentence_entries else 1, write_cache)
 
-    def run(self, cache, limits, nonempty, buffer_length, start_id, grow=None,
+    def run(self, cache, limits, row_terms, buffer_length, start_id, grow=None,
             cache_chunk=None):
         """Returns `(steps, (tokens (B, C+1), scores (B,), normalized (B,)))`: each
         sentence's best hypothesis.
@@ -134,7 +146,9 @@ class _BeamSearch:
         Args:
             cache: the cache, `B*K` rows (row `b * K + k`: hypothesis `k` of sentence `b`).
             limits: int32 `(B,)`, each sentence's most output tokens.
-            nonempty: bool `(B*K,)`, whether the row's sentence has a source.
+            row_terms: `(nonempty, prefix)`: bool `(B*K,)`, whether the row's sentence
+                has a source (or a prefix), and `()` or the ids `(B*K, P)` and lengths
+                `(B*K,)` of its prefix.
             grow, cache_chunk: grow the cache by `cache_chunk` positions at a time.
         """
         batch = tf.shape(limits)[0]
@@ -155,15 +169,15 @@ class _BeamSearch:
         def not_done(index, alive_tokens, alive_scores, finished, done, *_):
             return tf.logical_and(index < loop_length, tf.logical_not(tf.reduce_all(done)))
 
-        def step(index, alive_tokens, alive_scores, finished, done, limits, nonempty,
+        def step(index, alive_tokens, alive_scores, finished, done, limits, row_terms,
                  sentences, results, cache):
             del done  # recomputed from the new state
             index, alive_tokens, alive_scores, finished, done, cache = self.step(
-                index, alive_tokens, alive_scores, finished, limits, nonempty, cache)
-            return (index, alive_tokens, alive_scores, finished, done, limits, nonempty,
+                index, alive_tokens, alive_scores, finished, limits, row_terms, cache)
+            return (index, alive_tokens, alive_scores, finished, done, limits, row_terms,
                     sentences, results, cache)
 
-        loop_vars = (tf.constant(0), tokens, alive_scores, finished, done, limits, nonempty,
+        loop_vars = (tf.constant(0), tokens, alive_scores, finished, done, limits, row_terms,
                      sentences, results, cache)
         if grow is None:
             outputs = while_loop(not_done, step, loop_vars)
@@ -190,7 +204,7 @@ class _BeamSearch:
                 finished_normalized[:, 0])
 
     def set_finished_aside(self, alive_tokens, alive_scores, finished, done, limits,
-                           nonempty, sentences, results, cache):
+                           row_terms, sentences, results, cache):
         """Returns the loop state without the sentences that are `done`, their best
         hypotheses put back into `results`."""
         staying, leaving = staying_and_leaving(done)  # sentences
@@ -204,17 +218,18 @@ class _BeamSearch:
             (alive_scores, finished_scores, finished_normalized, done, limits, sentences))
         by_row = tf.nest.map_structure(
             lambda value: tf.gather(value, staying_rows),
-            (alive_tokens, finished_tokens, nonempty))
+            (alive_tokens, finished_tokens, row_terms))
         cache = _gather_cache(cache, staying_rows, staying, self.sentence_entries)
         alive_scores, finished_scores, finished_normalized, done, limits, sentences = (
             by_sentence)
-        alive_tokens, finished_tokens, nonempty = by_row
+        alive_tokens, finished_tokens, row_terms = by_row
         return (alive_tokens, alive_scores,
                 (finished_tokens, finished_scores, finished_normalized), done, limits,
-                nonempty, sentences, results, cache)
+                row_terms, sentences, results, cache)
 
-    def step(self, index, alive_tokens, alive_scores, finished, limits, nonempty, cache):
+    def step(self, index, alive_tokens, alive_scores, finished, limits, row_terms, cache):
         """Decodes position `index` for every alive hypothesis; returns the loop state."""
+        nonempty, prefix = row_terms
         batch = tf.shape(alive_scores)[0]
         logits, cache = self.model.decode_step(alive_tokens[:, index], cache, index,
                                                **self.step_options)
@@ -224,6 +239,8 @@ class _BeamSearch:
         # The log-probabilities plus the scores so far, the row terms added at once.
         candidates = (logits + token_bias(vocabulary, index, self.end_id, self.pad_id)
                       + (tf.reshape(alive_scores, [-1, 1]) - normalizers))  # (B*K, V)
+        if prefix:
+            candidates += _prefix_bias(*prefix, index, vocabulary)
         top_scores, top_indices = top_k_by_blocks(
             tf.reshape(candidates, [batch, self.beam_size * vocabulary]),
             2 * self.beam_size)  # (B, 2K)
@@ -301,6 +318,17 @@ class _BeamSearch:
         negative score by the largest penalty (at the length limit) raises it the most.
         """
         return best_alive_scores / gnmt_length_penalty(limits, self.length_penalty)
+
+
+def _prefix_bias(prefix_ids, prefix_lengths, index, vocabulary):
+    """Returns float32 `(B*K, V)`: FORBIDDEN at every token but the prefix's at `index`
+    in the rows whose prefix `(B*K, P)` is longer than `index` (`prefix_lengths`), 0
+    elsewhere. Candidates from other tokens then rank with the empty slots, below every
+    real one, so a step inside the prefix keeps one alive hypothesis per sentence."""
+    last = tf.shape(prefix_ids)[1] - 1
+    forced = tf.gather(prefix_ids, tf.minimum(index, last), axis=1)  # (B*K,)
+    forcing = tf.cast(index < prefix_lengths, tf.float32)[:, None]  # (B*K, 1)
+    return FORBIDDEN * forcing * (1.0 - tf.one_hot(forced, vocabulary))
 
 
 def top_k_by_blocks(values, k):

@@ -23,7 +23,7 @@ from keras_transformer.decoding.common import (
 
 def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
                   start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, return_attention=False,
-                  cache_chunk=None, write_cache=None):
+                  cache_chunk=None, write_cache=None, choose=None):
     """Translates `source_ids` by picking the most probable token at each step (cached).
 
     Each step feeds one token to `model.decode_step`. A sentence stops at its end token
@@ -49,6 +49,10 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
             traffic at every step. Not under XLA, which needs the cache's size fixed.
         write_cache: how each step writes the cache (`Transformer.decode_step`); the
             model's default when `None`.
+        choose: `choose(logits (B, V), index, sentences (B,)) -> ids (B,)`, the rule
+            that picks each step's tokens instead of the argmax (`sampling.sample`);
+            `logits` carry FORBIDDEN at tokens that must not be picked, and
+            `sentences` says which sentence of the batch each row is.
 
     Returns:
         A `Decoded` with `normalized_scores=None`.
@@ -67,7 +71,8 @@ def greedy_decode(model, source_ids, *, max_length=None, extra_length=50,
 
     nonempty = has_source(source_ids, start_id, end_id, pad_id)
     ids, scores = _greedy_loop(step, cache, limits, nonempty, buffer_length, start_id,
-                               end_id, pad_id, grow=grow, cache_chunk=cache_chunk)
+                               end_id, pad_id, grow=grow, cache_chunk=cache_chunk,
+                               choose=choose)
     return decoded(model, ids, scores, None, encoder_output, source_ids, start_id, pad_id,
                    return_attention)
 
@@ -99,8 +104,8 @@ def uncached_greedy_decode(model, source_ids, *, max_length=None, extra_length=5
 
 
 def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id, pad_id,
-                 grow=None, cache_chunk=None):
-    """Runs `step(tokens, index, state) -> (logits, state)` greedily.
+                 grow=None, cache_chunk=None, choose=None):
+    """Runs `step(tokens, index, state) -> (logits, state)` greedily (or by `choose`).
 
     `tokens` is the `(B, C + 1)` buffer holding the start token and the outputs so far;
     `nonempty` (bool `(B,)`) says which sentences have a source (`has_source`). With
@@ -130,8 +135,13 @@ def _greedy_loop(step, state, limits, nonempty, buffer_length, start_id, end_id,
         normalizers = log_normalizers(logits)  # (B, 1)
         biased = logits + token_bias(logits.shape[-1] or tf.shape(logits)[-1], index,
                                      end_id, pad_id)[None, :]  # (B, V)
-        best_ids = tf.argmax(biased, axis=-1, output_type=tf.int32)  # (B,)
-        best_scores = tf.reduce_max(biased, axis=-1) - normalizers[:, 0]  # (B,)
+        if choose is None:
+            best_ids = tf.argmax(biased, axis=-1, output_type=tf.int32)  # (B,)
+            best_scores = tf.reduce_max(biased, axis=-1) - normalizers[:, 0]  # (B,)
+        else:
+            best_ids = choose(biased, index, rows)  # (B,)
+            best_scores = (tf.gather(biased, best_ids, batch_dims=1)
+                           - normalizers[:, 0])  # (B,)
         # An empty source's translation is the end token alone (see `token_bias`).
         forced = tf.logical_and(tf.equal(index, 0), tf.logical_not(nonempty))  # (B,)
         end_scores = logits[:, end_id] - normalizers[:, 0]  # (B,)

@@ -8,7 +8,9 @@ needs nothing but TensorFlow (or LiteRT) and tf-text's ops to translate.
 Public API:
     - `Translator(model, tokenizer, ...)`: `translate(sentences)` (greedy),
       `translate_beam(sentences)`, `translate_n_best(sentences)`,
-      `score(sentences, translations)`, `source_ids(sentences)`, `signatures()`.
+      `score(sentences, translations)`, `translate_prefix(sentences, prefixes)`,
+      `sample(sentences, seeds)`, `align(sentences)`, `source_ids(sentences)`,
+      `signatures()`.
     - `source_ids(tokenizer, sentences, max_length)`: what every translator feeds the
       model.
     - `save_saved_model(translator, directory)`: a SavedModel with the signatures below.
@@ -24,6 +26,16 @@ fewer), each taking `sentences: string[B]`, and their outputs:
   int32[B, N, L], `scores` and `normalized_scores` float32[B, N].
 - `score` (`score`; a second input, `translations: string[B]`): `scores` float32[B],
   `token_scores` float32[B, T], `token_ids` int32[B, T], `tokens` string[B, T].
+- `prefix` (`translate_prefix`; a second input, `prefixes: string[B]`): beam search's
+  outputs, each translation starting with its prefix's pieces.
+- `sample` (`sample`; a second input, `seeds: int32[B]`): the outputs of greedy
+  decoding, each token drawn among the `sampling_top_k` most probable at
+  `sampling_temperature` (`decoding.sampling`).
+- `align` (`align`): beam search's outputs and `attention` float32[B, L, S] (the
+  `alignment_layer`'s heads averaged, over the source ids START..END),
+  `source_words` int32[B, S] and `target_words` int32[B, L] (each token's whitespace
+  word, -1 at special tokens), `alignments` int32[B, L] (the source word each output
+  token aligns to, or -1; `decoding.alignment`).
 
 `token_ids` are decoder outputs, END and padding included; `scores` sum the output
 tokens' log-probabilities, and `normalized_scores` divide them by beam search's length
@@ -40,14 +52,20 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID, add_start_end
+from keras_transformer.decoding import alignment, sampling
 from keras_transformer.files import (
+    ALIGN_SIGNATURE,
     BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
     INPUT_NAME,
     N_BEST_SIGNATURE,
     PAPER_BEAM_SIZE,
     PAPER_LENGTH_PENALTY,
+    PREFIX_SIGNATURE,
+    PREFIXES_INPUT,
+    SAMPLE_SIGNATURE,
     SCORE_SIGNATURE,
+    SEEDS_INPUT,
     SIGNATURES,
     TRANSLATIONS_INPUT,
 )
@@ -55,6 +73,8 @@ from keras_transformer.layers.decoder_layer import write_by_slice_update
 
 _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
 _TRANSLATIONS_SPEC = tf.TensorSpec([None], tf.string, name=TRANSLATIONS_INPUT)
+_PREFIXES_SPEC = tf.TensorSpec([None], tf.string, name=PREFIXES_INPUT)
+_SEEDS_SPEC = tf.TensorSpec([None], tf.int32, name=SEEDS_INPUT)
 
 # Hypotheses of an n-best list unless asked (at most the beam size).
 DEFAULT_N_BEST = 4
@@ -86,6 +106,12 @@ class Translator(tf.Module):
         length_penalty: float. α of beam search's length penalty (§6.1: 0.6).
         n_best: int or `None`. Hypotheses of `translate_n_best`, at most `beam_size`;
             `None` for `min(DEFAULT_N_BEST, beam_size)`.
+        sampling_top_k: int ≥ 0. `sample` draws among this many most probable
+            tokens; 0 (the default, as fairseq's) for the whole vocabulary.
+        sampling_temperature: float. `sample`'s temperature (1: the model's own
+            distribution).
+        alignment_layer: int or `None`. The decoder layer (0-based) whose attention
+            `align` reads; `None` for `alignment.default_layer`.
         signatures: names of the signatures to export (`files.SIGNATURES`, the
             default); `serving_default` among them. Fewer convert faster.
         jit_compile: bool. Decode with XLA (`decoding.decode_function`), for translating
@@ -101,7 +127,8 @@ class Translator(tf.Module):
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
                  beam_size=PAPER_BEAM_SIZE, length_penalty=PAPER_LENGTH_PENALTY,
-                 n_best=None, signatures=SIGNATURES, jit_compile=False,
+                 n_best=None, sampling_top_k=0, sampling_temperature=1.0,
+                 alignment_layer=None, signatures=SIGNATURES, jit_compile=False,
                  name="translator"):
         super().__init__(name=name)
         if beam_size < 1:
@@ -110,6 +137,13 @@ class Translator(tf.Module):
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best={n_best} must lie in 1..beam_size ({beam_size}): "
                              "beam search keeps no more hypotheses.")
+        sampling.check_sampling(sampling_top_k, sampling_temperature)
+        layers = getattr(model, "num_layers", None)
+        if alignment_layer is None:
+            alignment_layer = alignment.default_layer(layers or 1)
+        if layers is not None and not 0 <= alignment_layer < layers:
+            raise ValueError(f"alignment_layer={alignment_layer} must lie in "
+                             f"0..{layers - 1}: the decoder has {layers} layers.")
         unknown = sorted(set(signatures) - set(SIGNATURES))
         if unknown or GREEDY_SIGNATURE not in signatures:
             raise ValueError(f"signatures={list(signatures)}: choose among "
@@ -128,6 +162,9 @@ class Translator(tf.Module):
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.n_best = n_best
+        self.sampling_top_k = sampling_top_k
+        self.sampling_temperature = float(sampling_temperature)
+        self.alignment_layer = alignment_layer
         self.exported_signatures = tuple(name for name in SIGNATURES if name in signatures)
         self.jit_compile = jit_compile
         # Untracked as well: XLA-compiled decoders serve this process and are not exported.
@@ -173,6 +210,65 @@ class Translator(tf.Module):
         of a `.tflite` file check it (`runners.TFLiteRunner` does)."""
         return self._score(sentences, translations)
 
+    @tf.function(input_signature=[_SENTENCES_SPEC, _PREFIXES_SPEC])
+    def translate_prefix(self, sentences, prefixes):
+        """Beam search whose translations start with the given target prefixes (their
+        pieces, tokenized as targets; "" forces nothing); outputs as `translate`."""
+        return self._translate_prefix(sentences, prefixes)
+
+    @tf.function(input_signature=[_SENTENCES_SPEC, _SEEDS_SPEC])
+    def sample(self, sentences, seeds):
+        """Seeded sampling (`decoding.sampling`); outputs as `translate`. A sentence's
+        sample depends on its seed and its text alone."""
+        return self._sample(sentences, seeds)
+
+    @tf.function(input_signature=[_SENTENCES_SPEC])
+    def align(self, sentences):
+        """Beam search with word alignments; see the module docstring for outputs."""
+        return self._align(sentences)
+
+    def _translate_prefix(self, sentences, prefixes, write_cache=None):
+        tf.debugging.assert_equal(tf.shape(sentences), tf.shape(prefixes), message=(
+            "sentences and prefixes must have one entry each per sentence"))
+        pieces = self.tokenizer.tokenize(prefixes).to_tensor(
+            default_value=PAD_ID, shape=[None, self.model.max_length - 2])
+        decoded = self._decoder(beam=True, write_cache=write_cache)(
+            self.model, self.source_ids(sentences),
+            prefix_ids=_without_padding_columns(pieces, minimum=1))
+        return self._outputs(decoded)
+
+    def _sample(self, sentences, seeds, write_cache=None):
+        tf.debugging.assert_equal(tf.shape(sentences), tf.shape(seeds), message=(
+            "sentences and seeds must have one entry each per sentence"))
+        options = self._decoding_options(write_cache)
+        decoded = sampling.sample(self.model, self.source_ids(sentences), seeds,
+                                  top_k=self.sampling_top_k,
+                                  temperature=self.sampling_temperature, **options)
+        return self._outputs(decoded)
+
+    def _align(self, sentences, write_cache=None):
+        source_ids = self.source_ids(sentences)
+        decoded = self._decoder(beam=True, write_cache=write_cache)(
+            self.model, source_ids, return_attention=True)
+        attention = alignment.layer_attention(decoded.attention,
+                                              self.alignment_layer)  # (B, L, S)
+        starts = self._word_starts()
+        source_words = alignment.word_indices(source_ids, starts)
+        target_words = alignment.word_indices(decoded.ids, starts)
+        return {**self._outputs(decoded), "attention": attention,
+                "source_words": source_words, "target_words": target_words,
+                "alignments": alignment.hard_alignment(attention, source_words,
+                                                       target_words)}
+
+    def _word_starts(self):
+        """Whether each piece starts a whitespace word, a bool constant `(V,)`."""
+        return tf.constant([self.tokenizer.id_to_piece(i).startswith("\u2581")
+                            for i in range(self.tokenizer.vocabulary_size)])
+
+    def _outputs(self, decoded):
+        return {"translations": self.detokenize(decoded.ids), "token_ids": decoded.ids,
+                "scores": decoded.scores}
+
     def _score(self, sentences, translations):
         tf.debugging.assert_equal(tf.shape(sentences), tf.shape(translations), message=(
             "sentences and translations must have one entry each per sentence"))
@@ -210,21 +306,23 @@ class Translator(tf.Module):
             decoded = self._untracked.compiled[beam](source_ids)
         else:
             decoded = self._decoder(beam, write_cache)(self.model, source_ids)
-        return {"translations": self.detokenize(decoded.ids),
-                "token_ids": decoded.ids, "scores": decoded.scores}
+        return self._outputs(decoded)
 
     def _decoder(self, beam, write_cache=None):
         """Returns `decode(model, source_ids) -> Decoded` with this translator's options
         (`write_cache`: see `layers.decoder_layer.DecoderLayer.decode_step`)."""
-        # XLA compiles fixed shapes only: its decoders allocate the whole cache at once.
-        options = dict(max_length=self.max_output_length, extra_length=self.extra_length,
-                       start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
-                       cache_chunk=None if self.jit_compile else CACHE_CHUNK,
-                       write_cache=write_cache)
+        options = self._decoding_options(write_cache)
         if beam:
             return functools.partial(decoding.beam_search, beam_size=self.beam_size,
                                      length_penalty=self.length_penalty, **options)
         return functools.partial(decoding.greedy_decode, **options)
+
+    def _decoding_options(self, write_cache=None):
+        # XLA compiles fixed shapes only: its decoders allocate the whole cache at once.
+        return dict(max_length=self.max_output_length, extra_length=self.extra_length,
+                    start_id=START_ID, end_id=END_ID, pad_id=PAD_ID,
+                    cache_chunk=None if self.jit_compile else CACHE_CHUNK,
+                    write_cache=write_cache)
 
     def detokenize(self, ids):
         """Returns string `(B,)` for decoder output ids `(B, L)` (read up to END)."""
@@ -238,7 +336,9 @@ class Translator(tf.Module):
         """Returns the `{name: concrete function}` signatures to export."""
         _check_exportable(self)
         functions = {GREEDY_SIGNATURE: self.translate, BEAM_SIGNATURE: self.translate_beam,
-                     N_BEST_SIGNATURE: self.translate_n_best, SCORE_SIGNATURE: self.score}
+                     N_BEST_SIGNATURE: self.translate_n_best, SCORE_SIGNATURE: self.score,
+                     PREFIX_SIGNATURE: self.translate_prefix, SAMPLE_SIGNATURE: self.sample,
+                     ALIGN_SIGNATURE: self.align}
         return {name: functions[name].get_concrete_function()
                 for name in self.exported_signatures}
 
@@ -260,7 +360,13 @@ class Translator(tf.Module):
                 N_BEST_SIGNATURE: (functools.partial(self._translate_n_best, **in_place),
                                    [_SENTENCES_SPEC]),
                 SCORE_SIGNATURE: (self._score,
-                                  [_SENTENCES_SPEC, _TRANSLATIONS_SPEC])}
+                                  [_SENTENCES_SPEC, _TRANSLATIONS_SPEC]),
+                PREFIX_SIGNATURE: (functools.partial(self._translate_prefix, **in_place),
+                                   [_SENTENCES_SPEC, _PREFIXES_SPEC]),
+                SAMPLE_SIGNATURE: (functools.partial(self._sample, **in_place),
+                                   [_SENTENCES_SPEC, _SEEDS_SPEC]),
+                ALIGN_SIGNATURE: (functools.partial(self._align, **in_place),
+                                  [_SENTENCES_SPEC])}
             self._untracked.tflite_signatures = [
                 _named_function(name, *functions[name]) for name in self.exported_signatures]
         return self._untracked.tflite_signatures
@@ -341,8 +447,8 @@ def _named_function(name, function, input_signature):
         def call(sentences):
             return function(sentences)
     else:
-        def call(sentences, translations):
-            return function(sentences, translations)
+        def call(sentences, second):
+            return function(sentences, second)
 
     call.__name__ = name
     return tf.function(call, input_signature=input_signature).get_concrete_function()
