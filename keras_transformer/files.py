@@ -116,6 +116,11 @@ SEEDS_INPUT = "seeds"
 SECOND_INPUTS = {SCORE_SIGNATURE: (TRANSLATIONS_INPUT, "string"),
                  PREFIX_SIGNATURE: (PREFIXES_INPUT, "string"),
                  SAMPLE_SIGNATURE: (SEEDS_INPUT, "int32")}
+# The reserved ids of every tokenizer (`data.tokenizer`) and of the artifacts' outputs.
+PAD_ID = 0
+UNK_ID = 1
+START_ID = 2
+END_ID = 3
 # Score of an n-best list's empty fillers (a sentence with fewer hypotheses than the
 # list holds) and log-probability of what decoding never chooses. Finite, unlike
 # -inf, so that sums and divisions of scores stay finite.
@@ -124,6 +129,10 @@ FORBIDDEN_SCORE = -1e9
 # every beam search here.
 PAPER_BEAM_SIZE = 4
 PAPER_LENGTH_PENALTY = 0.6
+# What the `sample` signature draws from unless exported otherwise: every token
+# (fairseq's default), at the model's own temperature.
+SAMPLING_TOP_K = 0
+SAMPLING_TEMPERATURE = 1.0
 
 # Keras insists that weight files end in ".weights.h5": temporary names get a prefix,
 # with the writing process's id (`partial_name`).

@@ -15,10 +15,15 @@ unless said (scores with 4 decimals):
 - `score`: the log-probability of the given translation's tokens and END.
 - `score --tokens`: `SCORE<TAB>PIECES<TAB>TOKEN_SCORES`, the pieces and their
   log-probabilities each separated by spaces.
+- `translate --alignment`: `TRANSLATION ||| PAIRS` (as Marian's `--alignment`), PAIRS
+  the Pharaoh pairs `i-j` of source word i and translation word j (whitespace words,
+  from 0), sorted, separated by spaces.
 """
 
 import functools
 import typing
+
+import numpy as np
 
 from keras_transformer import files
 
@@ -39,12 +44,29 @@ class Scored(typing.NamedTuple):
     token_scores: list
 
 
-def one_line(text):
+class Aligned(typing.NamedTuple):
+    """A translation with its word alignment (`LoadedTranslator.align`).
+
+    `alignment` holds the `(source word, translation word)` pairs (whitespace words,
+    from 0), sorted; `attention` the token-level weights behind them, float32
+    `(output tokens, source positions)`: a row per output piece (END included), a
+    column per source position (START, the pieces, END).
+    """
+
+    translation: str
+    alignment: list
+    attention: typing.Any
+
+
+def text(value):
+    """Returns a string output's entry (bytes or str) as `str`, invalid UTF-8 replaced."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def one_line(value):
     """Returns a `translations` entry (bytes or str) as one line of `str`: whatever
     characters the detokenizer produced, one translation is one output line."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    return " ".join(str(text).splitlines())
+    return " ".join(text(value).splitlines())
 
 
 def hypotheses(row):
@@ -58,8 +80,7 @@ def hypotheses(row):
 
 def scored(row):
     """Returns the `Scored` of one sentence's `score` outputs, padding cut."""
-    tokens = [piece.decode("utf-8", "replace") if isinstance(piece, bytes) else str(piece)
-              for piece in row["tokens"]]
+    tokens = [text(piece) for piece in row["tokens"]]
     length = sum(1 for piece in tokens if piece)
     return Scored(float(row["scores"]), tokens[:length],
                   [float(value) for value in row["token_scores"][:length]])
@@ -96,3 +117,46 @@ def token_scores(number, row):
     result = scored(row)
     return (f"{result.score:.4f}\t{' '.join(result.tokens)}\t"
             + " ".join(f"{value:.4f}" for value in result.token_scores) + "\n")
+
+
+def aligned(row):
+    """Returns the `Aligned` of one sentence's `align` outputs, padding cut."""
+    length = int(np.count_nonzero(np.asarray(row["token_ids"]) != files.PAD_ID))
+    attention = np.asarray(row["attention"], np.float32)[:length]
+    # Padding columns carry no weight (they are masked): cut them.
+    columns = np.flatnonzero(attention.sum(axis=0) > 0)
+    width = int(columns[-1]) + 1 if columns.size else 0
+    return Aligned(one_line(row["translations"]), alignment_pairs(row),
+                   attention[:, :width])
+
+
+def alignment_pairs(row):
+    """Returns the sorted `(source word, translation word)` pairs of `align` outputs."""
+    return sorted({(int(source), int(target)) for source, target in
+                   zip(row["alignments"], row["target_words"])
+                   if source >= 0 and target >= 0})
+
+
+def pharaoh(pairs):
+    """Returns `pairs` `[(i, j), ...]` as Pharaoh text: `i-j` separated by spaces."""
+    return " ".join(f"{i}-{j}" for i, j in pairs)
+
+
+def parse_pharaoh(line):
+    """Returns the `(i, j)` pairs of a line of Pharaoh text (the inverse of `pharaoh`).
+
+    Raises:
+        ValueError: an entry is not `i-j` with i, j ≥ 0, naming it.
+    """
+    pairs = []
+    for entry in line.split():
+        source, dash, target = entry.partition("-")
+        if not (dash and source.isdigit() and target.isdigit()):
+            raise ValueError(f"{entry!r} is not a Pharaoh pair i-j (word numbers from 0).")
+        pairs.append((int(source), int(target)))
+    return pairs
+
+
+def aligned_translation(number, row):
+    """`TRANSLATION ||| PAIRS`."""
+    return f"{one_line(row['translations'])} ||| {pharaoh(alignment_pairs(row))}\n"

@@ -101,19 +101,20 @@ def translation_windows(runner, sentences, batch_size=32, progress=None, *,
 
 
 def output_windows(runner, sentences, batch_size=32, progress=None, *, batch_tokens=None,
-                   count_tokens=None, translations=None):
+                   count_tokens=None, second=None):
     """Yields the outputs of consecutive windows of `sentences`, in input order.
 
     What `translation_windows` does, for any signature: each window is a list with one
     `{output name: that sentence's row}` per sentence (a NumPy scalar or array).
 
     Args:
-        translations: iterable of str or bytes, one per sentence, or `None`: the second
-            input of the `score` signature, passed beside each batch's sentences.
+        second: iterable with one entry per sentence, or `None`: the second input of
+            the signatures that take one (`files.SECOND_INPUTS`: translations to
+            score, prefixes, seeds), passed beside each batch's sentences.
         The rest: as `translate_sentences`.
 
     Raises:
-        ValueError: `translations` ends before `sentences`, or after.
+        ValueError: `second` ends before `sentences`, or after.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
@@ -121,16 +122,16 @@ def output_windows(runner, sentences, batch_size=32, progress=None, *, batch_tok
         raise ValueError(f"batch_tokens={batch_tokens} needs to be at least 1, and a "
                          "count_tokens function.")
     sentences = iter(sentences)
-    pairs = sentences if translations is None else _strict_pairs(sentences, translations)
+    pairs = sentences if second is None else _strict_pairs(sentences, second)
     done = 0
     while window := list(itertools.islice(pairs, batch_size * WINDOW_BATCHES)):
-        sources = window if translations is None else [pair[0] for pair in window]
+        sources = window if second is None else [pair[0] for pair in window]
         lengths = count_tokens(sources) if count_tokens else [len(line) for line in sources]
         results = [None] * len(window)
         finished = 0
         for indices in length_batches(lengths, batch_size, batch_tokens):
             inputs = [[sources[i] for i in indices]]
-            if translations is not None:
+            if second is not None:
                 inputs.append([window[i][1] for i in indices])
             outputs = runner(*inputs)
             for position, index in enumerate(indices):
@@ -142,13 +143,13 @@ def output_windows(runner, sentences, batch_size=32, progress=None, *, batch_tok
         yield results
 
 
-def _strict_pairs(sentences, translations):
-    """Yields `(sentence, translation)`; raises ValueError if one list is longer."""
-    for number, pair in enumerate(itertools.zip_longest(sentences, translations), 1):
+def _strict_pairs(sentences, second):
+    """Yields `(sentence, entry of second)`; raises ValueError if one is longer."""
+    for number, pair in enumerate(itertools.zip_longest(sentences, second), 1):
         if pair[0] is None or pair[1] is None:
-            longer = "translations" if pair[0] is None else "sentences"
+            longer = "lines on the second side" if pair[0] is None else "sentences"
             raise ValueError(f"there are more {longer} than the other side's "
-                             f"{number - 1} lines: give one translation per sentence.")
+                             f"{number - 1}: give one line on each side per sentence.")
         yield pair
 
 
@@ -176,7 +177,7 @@ def length_batches(lengths, batch_size, batch_tokens=None):
 
 def translate_file(runner, sentences, output, *, batch_size=32, progress=None,
                    batch_tokens=None, count_tokens=None, format_output=None,
-                   translations=None):
+                   second=None):
     """Translates `sentences` into the binary stream `output`, one line each.
 
     Each window's translations are written (UTF-8, one per line) and flushed as soon as
@@ -192,7 +193,8 @@ def translate_file(runner, sentences, output, *, batch_size=32, progress=None,
         format_output: callable `(number, row) -> str` or `None` (the translation and
             a newline): the text written for sentence `number` (0-based) from its row
             of outputs (see `output_windows`), newline(s) included (`formats`).
-        translations: as in `output_windows` (for the `score` signature).
+        second: as in `output_windows` (the second input of `score`, `prefix`,
+            `sample`).
 
     Returns:
         The number of lines translated.
@@ -206,7 +208,7 @@ def translate_file(runner, sentences, output, *, batch_size=32, progress=None,
     try:
         for window in output_windows(runner, sentences, batch_size, progress,
                                      batch_tokens=batch_tokens, count_tokens=count_tokens,
-                                     translations=translations):
+                                     second=second):
             output.write("".join(format_output(done + number, row)
                                  for number, row in enumerate(window)).encode("utf-8"))
             output.flush()
@@ -254,8 +256,9 @@ class LoadedTranslator:
     runs (`None` for a run directory's model in memory); `runner` maps a list of
     sentences to the raw outputs (`translations`, `token_ids`, `scores`); `batching`
     holds the batching options of `translate_sentences` (`batch_size`, `batch_tokens`,
-    `count_tokens`). `n_best` and `score` call the artifact's other signatures
-    (`serving.translator`), opened by `open_signature(name)` on first use.
+    `count_tokens`). `n_best`, `score`, `prefix`, `sample` and `align` call the
+    artifact's other signatures (`serving.translator`), opened by
+    `open_signature(name)` on first use.
     """
 
     def __init__(self, runner, *, artifact, beam_size, length_penalty, batch_size,
@@ -326,12 +329,56 @@ class LoadedTranslator:
                              "translations: give one translation per sentence.")
         return [formats.scored(row) for window in output_windows(
                     self.signature_runner(files.SCORE_SIGNATURE), sentences,
-                    translations=translations, **self.batching) for row in window]
+                    second=translations, **self.batching) for row in window]
+
+    def prefix(self, sentences, prefixes):
+        """Returns the translations (list of str) of `sentences` that start with the
+        target `prefixes` (one per sentence, "" for none), by the artifact's beam search.
+
+        Raises:
+            ValueError: not one prefix per sentence.
+        """
+        sentences, prefixes = list(sentences), list(prefixes)
+        if len(sentences) != len(prefixes):
+            raise ValueError(f"{len(sentences)} sentences but {len(prefixes)} prefixes: "
+                             "give one prefix per sentence.")
+        return [formats.one_line(row["translations"]) for window in output_windows(
+                    self.signature_runner(files.PREFIX_SIGNATURE), sentences,
+                    second=prefixes, **self.batching) for row in window]
+
+    def sample(self, sentences, seed=0):
+        """Returns one sampled translation (list of str) of each sentence.
+
+        Each token is drawn among the artifact's `sampling_top_k` most probable at its
+        temperature (`export --sampling-topk/--temperature`; a run directory's
+        `load_translator` options). A sentence's sample depends on `seed` and its text
+        only: the same seed repeats it, and equal sentences get equal samples (give
+        another seed for another).
+
+        Args:
+            seed: int, or a list of ints, one per sentence.
+        """
+        sentences = list(sentences)
+        seeds = [seed] * len(sentences) if isinstance(seed, int) else list(seed)
+        if len(seeds) != len(sentences):
+            raise ValueError(f"{len(sentences)} sentences but {len(seeds)} seeds: give "
+                             "one seed, or one per sentence.")
+        return [formats.one_line(row["translations"]) for window in output_windows(
+                    self.signature_runner(files.SAMPLE_SIGNATURE), sentences,
+                    second=seeds, **self.batching) for row in window]
+
+    def align(self, sentences):
+        """Returns each sentence's beam-search translation with its word alignment: a
+        `formats.Aligned` (`translation`, `alignment`: the sorted (source word,
+        translation word) pairs, `attention`: the token-level weights)."""
+        return [formats.aligned(row) for window in output_windows(
+                    self.signature_runner(files.ALIGN_SIGNATURE), list(sentences),
+                    **self.batching) for row in window]
 
 
 def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, greedy=False,
                     batch_size=32, batch_tokens=None, session=False, threads=None,
-                    export_if_missing=True):
+                    export_if_missing=True, sampling_top_k=None, sampling_temperature=None):
     """Returns a `LoadedTranslator` for a run directory, a SavedModel or a `.tflite` file.
 
     The one way this package opens a translator to use: `translate`, `evaluate` (the
@@ -364,6 +411,9 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
         threads: int or `None` (the runtime's default). Threads of a `.tflite` file's
             interpreter.
         export_if_missing: bool. Export a run directory that has no export yet.
+        sampling_top_k, sampling_temperature: what `sample` draws from (`None`: as
+            exported, by default all tokens at temperature 1); on an artifact, the
+            exported values.
 
     Raises:
         ValueError: options that exclude each other, an artifact exported with another
@@ -405,11 +455,16 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
     wanted = {"beam_size": beam_size, "length_penalty": length_penalty}
     same = beam_size is None or all(exported.get(name, value) == value
                                     for name, value in wanted.items())
+    sampling = {name: value for name, value in (("sampling_top_k", sampling_top_k),
+                                                ("sampling_temperature", sampling_temperature))
+                if value is not None}
+    same_sampling = all(exported.get(name, value) == value
+                        for name, value in sampling.items())
     if choice is not None:  # and the export holds the chosen weights
         same = same and exported.get("weights", choice.weights) == choice.weights
-    if is_run and not same:
+    if is_run and not (same and same_sampling):
         weights = choice.weights_path(path) if choice else None
-        runner = _run_module_runner(path, beam_size, length_penalty, weights)
+        runner = _run_module_runner(path, beam_size, length_penalty, weights, **sampling)
         return LoadedTranslator(runner, artifact=None, beam_size=beam_size,
                                 length_penalty=length_penalty, chosen_by=chosen_by,
                                 open_signature=runner.with_signature, **batching)
@@ -419,6 +474,12 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
             f"penalty {exported['length_penalty']}: translate with those, export the run "
             "again with --beam-size/--length-penalty, or name the run directory, which "
             "translates with any.")
+    if not same_sampling:
+        raise ValueError(
+            f"{path} samples among {exported['sampling_top_k'] or 'all'} tokens at "
+            f"temperature {exported['sampling_temperature']:g}: sample with those, export "
+            "the run again with --sampling-topk/--temperature, or name the run directory, "
+            "which samples with any.")
     artifact = artifacts.resolve_artifact(path, export_if_missing=is_run and export_if_missing)
     opened = dict(session=session, threads=threads)
     runner = runners.open_runner(artifact, beam=beam_size is not None, **opened)
@@ -429,21 +490,25 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
 
 
 def _exported_decoder(artifact, choice=None):
-    """The beam size and α recorded for `artifact`'s beam signature, and for a run's
+    """The beam size and α recorded for `artifact`'s beam signature (and what its
+    `sample` signature draws from), and for a run's
     export, the weights file (relative to the run) it holds; `{}` when unknown.
 
     For a run's export that is not there yet: what `export` would write, the run's
     `choice` or the paper's beam search.
     """
     if not os.path.exists(artifact):
+        sampling = {"sampling_top_k": files.SAMPLING_TOP_K,
+                    "sampling_temperature": files.SAMPLING_TEMPERATURE}
         if choice is not None:
             return {"beam_size": choice.beam_size, "length_penalty": choice.length_penalty,
-                    "weights": choice.weights}
+                    "weights": choice.weights, **sampling}
         return {"beam_size": files.PAPER_BEAM_SIZE,
-                "length_penalty": files.PAPER_LENGTH_PENALTY}
+                "length_penalty": files.PAPER_LENGTH_PENALTY, **sampling}
     report = artifacts.export_report(artifact) or {}
     recorded = report.get("translator", {})
-    found = {name: recorded[name] for name in ("beam_size", "length_penalty")
+    found = {name: recorded[name] for name in ("beam_size", "length_penalty",
+                                               "sampling_top_k", "sampling_temperature")
              if name in recorded}
     run = report.get("run", {})
     if "weights" in run and "run_dir" in run:
@@ -451,8 +516,9 @@ def _exported_decoder(artifact, choice=None):
     return found
 
 
-def _run_module_runner(run_dir, beam_size, length_penalty, weights=None):
-    """A `ModuleRunner` over the model of `run_dir` (`weights`, else its newest)."""
+def _run_module_runner(run_dir, beam_size, length_penalty, weights=None, **sampling):
+    """A `ModuleRunner` over the model of `run_dir` (`weights`, else its newest), with
+    the `sampling_top_k` and `sampling_temperature` in `sampling` if given."""
     # Imported here: the model code, which artifacts do not need.
     from keras_transformer.serving.translator import Translator
 
@@ -460,5 +526,5 @@ def _run_module_runner(run_dir, beam_size, length_penalty, weights=None):
     # Greedy translation keeps the paper's beam search for the n-best lists.
     translator = Translator(model, tokenizer, beam_size=beam_size or files.PAPER_BEAM_SIZE,
                             length_penalty=files.PAPER_LENGTH_PENALTY
-                            if length_penalty is None else length_penalty)
+                            if length_penalty is None else length_penalty, **sampling)
     return runners.ModuleRunner(translator, beam=beam_size is not None)

@@ -182,7 +182,7 @@ def test_ctranslate2_scores_given_translations_like_the_exported_score(tmp_path)
     np.testing.assert_allclose(found["token_scores"], expected["token_scores"],
                                rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(found["scores"], expected["scores"], rtol=1e-4, atol=1e-3)
-    with pytest.raises(ValueError, match="one translation per sentence"):
+    with pytest.raises(ValueError, match="1 translations: give one per sentence"):
         runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2,
                                   signature=files.SCORE_SIGNATURE)(SENTENCES, targets[:1])
 

@@ -23,6 +23,16 @@ def _add_export(parser):
     parser.add_argument("--n-best", type=options.positive_int, metavar="N",
                         help="hypotheses of the n_best signature, at most the beam size "
                              "(default: 4, or the beam size if smaller)")
+    parser.add_argument("--sampling-topk", type=options.non_negative_int, metavar="K",
+                        default=files.SAMPLING_TOP_K,
+                        help="the sample signature draws among the K most probable "
+                             "tokens (default: 0, all of them)")
+    parser.add_argument("--temperature", type=options.positive_float, metavar="T",
+                        default=files.SAMPLING_TEMPERATURE,
+                        help="its temperature (default: 1)")
+    parser.add_argument("--alignment-layer", type=options.non_negative_int, metavar="N",
+                        help="decoder layer (from 0) whose attention the align signature "
+                             "reads (default: the penultimate)")
     parser.add_argument("--signatures", type=options.list_of(_signature), metavar="NAMES",
                         default=list(files.SIGNATURES),
                         help=f"comma-separated signatures to export, "
@@ -68,7 +78,9 @@ def _export(args):
         quantize=not args.no_quantize, ensemble=args.ensemble,
         ctranslate2=args.ctranslate2, max_output_length=args.max_output_length,
         beam_size=args.beam_size, length_penalty=args.length_penalty,
-        n_best=args.n_best, signatures=args.signatures)
+        n_best=args.n_best, sampling_top_k=args.sampling_topk,
+        sampling_temperature=args.temperature, alignment_layer=args.alignment_layer,
+        signatures=args.signatures)
     print(f"Exported to {output_dir} (report: "
           f"{os.path.join(output_dir, files.REPORT_MARKDOWN)})")
     if args.check:

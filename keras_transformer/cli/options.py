@@ -33,6 +33,26 @@ def non_negative_float(text):
     return value
 
 
+def non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer of at least 0")
+    return value
+
+
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0")
+    return value
+
+
 def list_of(item_type):
     """argparse type: comma-separated values (a list option would swallow FIELD=VALUEs)."""
     def parse(text):

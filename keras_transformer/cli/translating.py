@@ -36,6 +36,23 @@ def _add_translate(parser):
     written.add_argument("--scores", action="store_true",
                          help="write 'SCORE<TAB>TRANSLATION', SCORE the translation's "
                               "log-probability")
+    written.add_argument("--alignment", action="store_true",
+                         help="beam search with word alignments: write 'TRANSLATION ||| "
+                              "PAIRS', PAIRS the Pharaoh pairs i-j of source word i and "
+                              "translation word j (from 0)")
+    parser.add_argument("--prefix-file", metavar="FILE",
+                        help="target prefixes, one a line for each input line (empty: "
+                             "none): beam search's translations start with them")
+    sampling = parser.add_argument_group(
+        "sampling", "draw each token instead of searching (back-translation); a "
+                    "sentence's sample depends on the seed and its text only")
+    sampling.add_argument("--sampling-topk", type=options.non_negative_int, metavar="K",
+                          help="draw among the K most probable tokens, 0 for all "
+                               "(default: the artifact's, export --sampling-topk)")
+    sampling.add_argument("--temperature", type=options.positive_float, metavar="T",
+                          help="sampling temperature (default: the artifact's)")
+    sampling.add_argument("--seed", type=int, metavar="S",
+                          help="seed of every line's draws (default: 0)")
     options.add_threads_option(parser)
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (shown when reading a file)")
@@ -46,23 +63,70 @@ def _translate(args):
     files.check_output_file("--output", args.output, {"--input": args.input})
     if args.input and not os.path.isfile(args.input):
         raise options.UsageError(f"--input {args.input}: no such file.")
-    if args.n_best and args.greedy:
-        raise options.UsageError("--n-best lists come from beam search: drop --greedy.")
+    sampling = [args.sampling_topk, args.temperature, args.seed] != [None] * 3
+    searching = args.n_best or args.alignment or args.prefix_file
+    if searching and args.greedy:
+        raise options.UsageError("--n-best, --alignment and --prefix-file come from beam "
+                                 "search: drop --greedy.")
+    if sampling and (searching or args.beam or args.beam_size or args.length_penalty):
+        raise options.UsageError("Sampling (--sampling-topk, --temperature, --seed) draws "
+                                 "tokens instead of searching: drop the beam-search "
+                                 "options, or the sampling ones.")
+    if args.prefix_file and (args.n_best or args.alignment):
+        raise options.UsageError("--prefix-file gives one translation a line: drop "
+                                 "--n-best and --alignment.")
+    if args.prefix_file:
+        _check_same_lengths(("--input", args.input), ("--prefix-file", args.prefix_file))
     if not args.artifact.endswith(".tflite"):
         console.load_tensorflow(args.verbose)
-    translator = _load_translator(args, beam=args.beam or bool(args.n_best))
-    runner, format_output = translator.runner, None
+    translator = _load_translator(args, beam=args.beam or bool(searching),
+                                  sampling_top_k=args.sampling_topk,
+                                  sampling_temperature=args.temperature)
+    runner, format_output, second, opened = translator.runner, None, None, []
+    if args.scores:
+        format_output = formats.scored_translation
     if args.n_best:
         runner = translator.signature_runner(files.N_BEST_SIGNATURE)
         _check_n_best(args.n_best, translator)
         format_output = formats.n_best(args.n_best)
-    elif args.scores:
-        format_output = formats.scored_translation
+    elif args.alignment:
+        runner = translator.signature_runner(files.ALIGN_SIGNATURE)
+        format_output = formats.aligned_translation
+    elif args.prefix_file:
+        runner = translator.signature_runner(files.PREFIX_SIGNATURE)
+        opened.append(open(args.prefix_file, "rb"))
+        second = translate.warn_if_not_utf8(translate.iter_sentences(opened[-1]),
+                                            args.prefix_file)
+    elif sampling:
+        runner = _seeded(translator.signature_runner(files.SAMPLE_SIGNATURE),
+                         args.seed or 0)
     source = open(args.input, "rb") if args.input else sys.stdin.buffer
     name = args.input or "standard input"
     _stream(runner, translate.warn_if_not_utf8(translate.iter_sentences(source), name),
             args, progress=not args.no_progress and args.input,
-            opened=[source], format_output=format_output, **translator.batching)
+            opened=[source, *opened], format_output=format_output, second=second,
+            **translator.batching)
+
+
+def _seeded(runner, seed):
+    """`runner` of the `sample` signature called with `seed` for every sentence."""
+    return lambda sentences: runner(sentences, [seed] * len(sentences))
+
+
+def _check_same_lengths(*flags_and_paths):
+    """Refuses files (`(flag, path)`, path `None` for standard input, not counted) that
+    do not exist or have different numbers of lines, before any model loads."""
+    counts = []
+    for flag, path in flags_and_paths:
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise options.UsageError(f"{flag} {path}: no such file.")
+        counts.append((flag, path, _count_lines(path)))
+    if len({count for _, _, count in counts}) > 1:
+        raise options.UsageError(
+            " but ".join(f"{flag} {path} has {count} lines" for flag, path, count in counts)
+            + ": give one line of each per sentence.")
 
 
 def _check_n_best(count, translator):
@@ -101,7 +165,7 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
             raise stopped.__cause__ from None
 
 
-def _load_translator(args, beam=None, doing="Translating"):
+def _load_translator(args, beam=None, doing="Translating", **sampling):
     from keras_transformer import translate  # NumPy: see the module docstring
     beam = getattr(args, "beam", False) if beam is None else beam
     translator = translate.load_translator(args.artifact, beam=beam,
@@ -112,7 +176,7 @@ def _load_translator(args, beam=None, doing="Translating"):
                                          batch_size=args.batch_size,
                                          batch_tokens=getattr(args, "batch_tokens", None),
                                          session=getattr(args, "session", False),
-                                         threads=args.threads)
+                                         threads=args.threads, **sampling)
     logger.info("%s with %s (%s).", doing, translator.artifact or
                 f"the model of {args.artifact}", translator.decoder)
     return translator
@@ -190,16 +254,9 @@ def _add_score(parser):
 
 def _score(args):
     from keras_transformer import translate
-    for flag, path in (("--source", args.source), ("--target", args.target)):
-        if not os.path.isfile(path):
-            raise options.UsageError(f"{flag} {path}: no such file.")
     files.check_output_file("--output", args.output, {"--source": args.source,
                                                       "--target": args.target})
-    counts = [_count_lines(path) for path in (args.source, args.target)]
-    if counts[0] != counts[1]:
-        raise options.UsageError(
-            f"--source {args.source} has {counts[0]} lines but --target {args.target} has "
-            f"{counts[1]}: give one translation per sentence, line by line.")
+    _check_same_lengths(("--source", args.source), ("--target", args.target))
     if not args.artifact.endswith(".tflite"):
         console.load_tensorflow(args.verbose)
     translator = _load_translator(args, doing="Scoring")
@@ -209,7 +266,7 @@ def _score(args):
                                                args.source),
             args, progress=not args.no_progress, opened=[source, target],
             format_output=formats.token_scores if args.tokens else formats.score,
-            translations=translate.warn_if_not_utf8(translate.iter_sentences(target),
+            second=translate.warn_if_not_utf8(translate.iter_sentences(target),
                                                     args.target),
             batch_size=args.batch_size)
 

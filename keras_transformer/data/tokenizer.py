@@ -45,15 +45,14 @@ import tensorflow_text
 from sentencepiece import sentencepiece_model_pb2
 
 from keras_transformer import files
+
+# The reserved ids, defined in `files` for readers of artifacts without TensorFlow.
+from keras_transformer.files import END_ID, PAD_ID, START_ID, UNK_ID  # noqa: F401
 from keras_transformer.files import TOKENIZER_METADATA as METADATA_FILE
 from keras_transformer.files import TOKENIZER_MODEL as MODEL_FILE
 
 logger = logging.getLogger(__name__)
 
-PAD_ID = 0
-UNK_ID = 1
-START_ID = 2
-END_ID = 3
 # More lines than this add seconds of training and almost nothing to the vocabulary.
 MAX_TRAINING_LINES = 2_000_000
 # Lines per call of SentencePiece's n-best encoder in `Tokenizer.nbest_tokenize`.

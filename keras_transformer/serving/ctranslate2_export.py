@@ -28,17 +28,20 @@ from ctranslate2.specs import common_spec, transformer_spec
 
 from keras_transformer import files
 from keras_transformer.data.tokenizer import END_ID, START_ID, UNK_ID
+from keras_transformer.decoding import alignment
 from keras_transformer.layers.positional_encoding import sinusoidal_positional_encoding
 
 QUANTIZATIONS = {files.CTRANSLATE2: "float32", files.CTRANSLATE2_INT8: "int8"}
 
 
-def model_spec(model, tokenizer):
+def model_spec(model, tokenizer, alignment_layer=None):
     """Returns the `ctranslate2.specs.TransformerSpec` holding `model`'s weights.
 
     Args:
         model: a `keras_transformer.Transformer` (an ensemble has no CTranslate2 form).
         tokenizer: its `Tokenizer`; the pieces become CTranslate2's vocabulary.
+        alignment_layer: int or `None`. The decoder layer whose attention, averaged
+            over all heads, `return_attention` gives (`alignment.default_layer`).
 
     Raises:
         ValueError: `model` is not a single `Transformer` with the tokenizer's size.
@@ -55,9 +58,13 @@ def model_spec(model, tokenizer):
         raise ValueError(f"The model has {model.vocabulary_size} ids but the tokenizer "
                          f"{tokenizer.vocabulary_size} pieces: export the run's own "
                          "tokenizer with it.")
+    if alignment_layer is None:
+        alignment_layer = alignment.default_layer(model.num_layers)
+    # CTranslate2 averages the first `alignment_heads` heads: all of them, as `align`.
     spec = transformer_spec.TransformerSpec.from_config(
         model.num_layers, model.num_heads, pre_norm=model.normalize_first,
-        activation=common_spec.Activation.RELU)
+        activation=common_spec.Activation.RELU, alignment_layer=alignment_layer,
+        alignment_heads=model.num_heads)
     # Our table interleaves sines and cosines (§3.5); CTranslate2's built-in one puts
     # them in two halves, so the table is written out.
     positions = sinusoidal_positional_encoding(model.max_length, model.hidden_dim)
@@ -121,11 +128,15 @@ def export_ctranslate2(translator, export_dir, export_id=None):
                "extra_length": translator.extra_length,
                "beam_size": translator.beam_size,
                "length_penalty": translator.length_penalty,
-               "n_best": translator.n_best}
+               "n_best": translator.n_best,
+               "sampling_top_k": translator.sampling_top_k,
+               "sampling_temperature": translator.sampling_temperature,
+               "alignment_layer": translator.alignment_layer}
     entry = {"ctranslate2": ctranslate2.__version__, "translator": options}
     for name, quantization in QUANTIZATIONS.items():
         # Each spec is quantized in place when saved: build a fresh one per directory.
-        spec = model_spec(translator.model, translator.tokenizer)
+        spec = model_spec(translator.model, translator.tokenizer,
+                          translator.alignment_layer)
         directory = os.path.join(export_dir, name)
         partial = os.path.join(export_dir, files.partial_name(name))
         if os.path.exists(partial):

@@ -41,6 +41,9 @@ SIGNATURE_SUMMARIES = {
     files.BEAM_SIGNATURE: "beam search",
     files.N_BEST_SIGNATURE: "beam search's n best hypotheses",
     files.SCORE_SIGNATURE: "log-probabilities of given translations",
+    files.PREFIX_SIGNATURE: "beam search after given target prefixes",
+    files.SAMPLE_SIGNATURE: "seeded sampling",
+    files.ALIGN_SIGNATURE: "beam search with word alignments",
 }
 
 
@@ -116,6 +119,9 @@ def _write_artifacts(translator, directory, export_id, quantize, ctranslate2_exp
                        "beam_size": translator.beam_size,
                        "length_penalty": translator.length_penalty,
                        "n_best": translator.n_best,
+                       "sampling_top_k": translator.sampling_top_k,
+                       "sampling_temperature": translator.sampling_temperature,
+                       "alignment_layer": translator.alignment_layer,
                        "vocabulary_size": translator.tokenizer.vocabulary_size},
         "tokenizer_sha256": export_folder.sha256(tokenizer_path),
         "saved_model": {"path": SAVED_MODEL, "bytes": _size(saved_model_dir),

@@ -8,8 +8,9 @@ The same signature is called three ways: through `tf.saved_model.load` (TensorFl
 through the session-based loader that TF Serving and `saved_model_cli` use
 (`tf.compat.v1.saved_model.loader.load`), and through LiteRT for the `.tflite` file.
 Each runner takes a list of `str` or `bytes` (any bytes: the graph decides what to make
-of invalid UTF-8), and for the `score` signature a second list, the translations to
-score, and returns the signature's outputs as NumPy arrays. Only what an
+of invalid UTF-8), and for the signatures with a second input (`files.SECOND_INPUTS`:
+`score`'s translations, `prefix`'s prefixes, `sample`'s seeds) a second list, and
+returns the signature's outputs as NumPy arrays. Only what an
 artifact needs is imported: TensorFlow and tf-text for a SavedModel, LiteRT and tf-text's
 kernels (not TensorFlow's Python package) for a `.tflite` file, CTranslate2 and
 SentencePiece for a CTranslate2 directory; never the model code.
@@ -17,7 +18,8 @@ SentencePiece for a CTranslate2 directory; never the model code.
 Public API:
     - `SavedModelRunner(directory, signature)`, `SessionRunner(directory, signature)`,
       `TFLiteRunner(path_or_content, signature)`, `CTranslate2Runner(directory, beam)`:
-      `runner(sentences) -> dict`, and `runner(sentences, translations)` for `score`.
+      `runner(sentences) -> dict`, and `runner(sentences, second)` for the signatures
+      with a second input.
     - `open_runner(path, beam=False, session=False, signature=None)`: the runner an
       artifact needs; `MissingSignatureError` when it lacks the signature.
     - `translations(outputs)`: the `translations` output as a list of `str`.
@@ -33,12 +35,15 @@ import numpy as np
 
 from keras_transformer import files
 from keras_transformer.files import (
+    ALIGN_SIGNATURE,
     BEAM_SIGNATURE,
     GREEDY_SIGNATURE,
     INPUT_NAME,
     N_BEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SAMPLE_SIGNATURE,
     SCORE_SIGNATURE,
-    TRANSLATIONS_INPUT,
+    SECOND_INPUTS,
 )
 from keras_transformer.serving import export_folder, litert
 
@@ -59,20 +64,45 @@ def encode_sentences(sentences):
     return np.array(encoded, dtype=object).reshape([len(encoded)])
 
 
-def signature_inputs(sentences, translations=None):
-    """Returns the `{input name: bytes array}` of a call; `translations` for `score`.
+def signature_inputs(signature, sentences, second=None):
+    """Returns the `{input name: array}` of a call of `signature`.
+
+    Args:
+        signature: str. The signature called (`files.SIGNATURES`).
+        sentences: list of str or bytes.
+        second: the second input of the signatures that take one
+            (`files.SECOND_INPUTS`): a list with one entry per sentence (strings, or
+            ints for `sample`'s seeds); `None` for the others.
 
     Raises:
-        ValueError: `translations` has not one entry per sentence (which TFLite would
-            not check: its kernels would fail on, or misread, the other batch).
+        ValueError: `second` is missing, not wanted, has not one entry per sentence
+            (which TFLite would not check: its kernels would fail on, or misread, the
+            other batch), or holds seeds that are not 32-bit integers.
     """
     inputs = {INPUT_NAME: encode_sentences(sentences)}
-    if translations is not None:
-        if len(translations) != len(sentences):
-            raise ValueError(f"{len(sentences)} sentences but {len(translations)} "
-                             "translations to score: give one translation per sentence.")
-        inputs[TRANSLATIONS_INPUT] = encode_sentences(translations)
+    name, dtype = SECOND_INPUTS.get(signature, (None, None))
+    if (second is None) != (name is None):
+        raise ValueError(f"The {signature!r} signature takes "
+                         + (f"a second input, {name}." if name else "sentences alone."))
+    if second is None:
+        return inputs
+    if len(second) != len(sentences):
+        raise ValueError(f"{len(sentences)} sentences but {len(second)} {name}: give "
+                         "one per sentence.")
+    if dtype == "string":
+        inputs[name] = encode_sentences(second)
+    else:
+        inputs[name] = _seeds(second)
     return inputs
+
+
+def _seeds(values):
+    """Returns int32 `(B,)` seeds; raises ValueError for a value that is not one."""
+    seeds = np.asarray(values)
+    if seeds.size and (seeds.dtype.kind not in "iu" or seeds.min() < -2**31
+                       or seeds.max() >= 2**31):
+        raise ValueError(f"seeds must be 32-bit integers, got {list(values)[:3]}...")
+    return seeds.astype(np.int32).reshape([len(values)])
 
 
 def set_tensorflow_threads(threads=None):
@@ -120,10 +150,11 @@ class SavedModelRunner:
         self._tf = tf
         self._loaded = tf.saved_model.load(os.fspath(directory))
         self._function = self._loaded.signatures[signature]
+        self.signature = signature
 
-    def __call__(self, sentences, translations=None):
-        inputs = {name: self._tf.constant(value, self._tf.string)
-                  for name, value in signature_inputs(sentences, translations).items()}
+    def __call__(self, sentences, second=None):
+        inputs = {name: _tensor(self._tf, value) for name, value in
+                  signature_inputs(self.signature, sentences, second).items()}
         return {name: value.numpy() for name, value in self._function(**inputs).items()}
 
 
@@ -154,11 +185,12 @@ class SessionRunner:
             meta_graph = tf.compat.v1.saved_model.loader.load(
                 self._session, [tf.saved_model.SERVING], os.fspath(directory))
         signature_def = meta_graph.signature_def[signature]
+        self.signature = signature
         self._inputs = {name: info.name for name, info in signature_def.inputs.items()}
         self._outputs = {name: info.name for name, info in signature_def.outputs.items()}
 
-    def __call__(self, sentences, translations=None):
-        inputs = signature_inputs(sentences, translations)
+    def __call__(self, sentences, second=None):
+        inputs = signature_inputs(self.signature, sentences, second)
         return self._session.run(self._outputs, {self._inputs[name]: value
                                                  for name, value in inputs.items()})
 
@@ -194,6 +226,7 @@ class TFLiteRunner:
             raise ValueError(f"{name} is not a TFLite model LiteRT can load ({error}): "
                              "export the run again (keras-transformer export RUN_DIR).") from None
         self._runner = self._interpreter.get_signature_runner(signature)
+        self.signature = signature
         # The model runs on an empty batch, but LiteRT's Python binding refuses to read
         # back its zero-sized numeric outputs ("Invalid tensor size"): what an empty
         # batch gives instead, each output's shape with 0 for the batch and every other
@@ -204,8 +237,8 @@ class TFLiteRunner:
                            object if details["dtype"] is np.bytes_ else details["dtype"])
             for name, details in self._runner.get_output_details().items()}
 
-    def __call__(self, sentences, translations=None):
-        inputs = signature_inputs(sentences, translations)
+    def __call__(self, sentences, second=None):
+        inputs = signature_inputs(self.signature, sentences, second)
         if len(sentences) == 0:
             return {name: value.copy() for name, value in self._empty_outputs.items()}
         # The runner resizes the inputs to the batch and copies the outputs out.
@@ -230,7 +263,14 @@ class CTranslate2Runner:
     of the exported beam search, so lists may be ordered differently; their
     `normalized_scores` are CTranslate2's, their `scores` the log-probabilities
     (`score_batch` of each hypothesis). `score` calls `score_batch`, whose softmax is
-    the model's whole one, as the exported `score`'s.
+    the model's whole one, as the exported `score`'s. `prefix` passes `target_prefix`
+    to the exported beam search. `sample` passes `sampling_topk` and
+    `sampling_temperature`, seeding CTranslate2's own generator
+    (`ctranslate2.set_random_seed`) once per distinct seed of a call, so its draws
+    differ from the exported ones and depend on the sentences called together; the
+    same call repeats them. `align` passes `return_attention`: the export set the
+    layer and averages all its heads, as the exported `align`. Where the scores
+    would be CTranslate2's own (`prefix`, `sample`), they are `score_batch`'s.
 
     Args:
         directory: str. The CTranslate2 model directory.
@@ -253,8 +293,16 @@ class CTranslate2Runner:
         self._translator = ctranslate2.Translator(
             directory, device="cpu", inter_threads=1,
             intra_threads=threads or CTRANSLATE2_DEFAULT_THREADS)
+        self._ctranslate2 = ctranslate2
         self.signature = signature or (BEAM_SIGNATURE if beam else GREEDY_SIGNATURE)
-        searching = self.signature in (BEAM_SIGNATURE, N_BEST_SIGNATURE)
+        needs = {SAMPLE_SIGNATURE: "sampling_top_k", ALIGN_SIGNATURE: "alignment_layer"}
+        if needs.get(self.signature, "max_source_length") not in self.options:
+            raise MissingSignatureError(
+                f"{directory} has no signature {self.signature!r} (it was exported before "
+                "there was one): export the run again (keras-transformer export RUN_DIR "
+                "--ctranslate2).")
+        searching = self.signature in (BEAM_SIGNATURE, N_BEST_SIGNATURE, PREFIX_SIGNATURE,
+                                       ALIGN_SIGNATURE)
         self._beam_size = self.options["beam_size"] if searching else 1
         self._length_penalty = self.options["length_penalty"] if searching else 0.0
         self._hypotheses = (self.options.get("n_best", min(4, self._beam_size))
@@ -264,19 +312,27 @@ class CTranslate2Runner:
         self._pad_id, self._end_id = self._processor.pad_id(), self._processor.eos_id()
         self._pad = self._processor.id_to_piece(self._pad_id)
 
-    def __call__(self, sentences, translations=None):
-        signature_inputs(sentences, translations)  # checks one translation per sentence
+    def __call__(self, sentences, second=None):
+        inputs = signature_inputs(self.signature, sentences, second)  # checks `second`
         texts = [_text(s) for s in sentences]
-        # START and END (added by CTranslate2, `add_source_bos/eos`) must fit too.
-        pieces = [ids[:self.options["max_source_length"] - 2]
-                  for ids in self._processor.encode(texts)]
+        pieces = self._encode(texts)
         if self.signature == SCORE_SIGNATURE:
-            return self._score(pieces, [_text(t) for t in translations])
-        rows, scores = self._translate(pieces)
+            return self._score(pieces, [_text(t) for t in second])
+        prefixes = (self._encode([_text(p) for p in second])
+                    if self.signature == PREFIX_SIGNATURE else None)
+        seeds = inputs.get(files.SEEDS_INPUT)
+        rows, scores, attention = self._translate(pieces, prefixes, seeds)
         if self.signature != N_BEST_SIGNATURE:
             rows = [hypotheses[0] for hypotheses in rows]
-            return {"translations": self._texts(rows), "token_ids": _padded(rows, self._pad_id),
-                    "scores": np.array([row[0] for row in scores], np.float32)}
+            outputs = {"translations": self._texts(rows),
+                       "token_ids": _padded(rows, self._pad_id),
+                       "scores": np.array([row[0] for row in scores], np.float32)}
+            if self.signature in (PREFIX_SIGNATURE, SAMPLE_SIGNATURE):
+                outputs["scores"] = self._score_ids(
+                    pieces, [[row] for row in rows]).reshape([len(rows)])
+            if self.signature == ALIGN_SIGNATURE:
+                outputs.update(self._alignments(pieces, rows, attention))
+            return outputs
         # Fillers as the exported n_best's: empty, scored FORBIDDEN_SCORE.
         count = self._hypotheses
         rows = [hypotheses + [[]] * (count - len(hypotheses)) for hypotheses in rows]
@@ -293,27 +349,77 @@ class CTranslate2Runner:
                     normalized == files.FORBIDDEN_SCORE, normalized, log_probs),
                 "normalized_scores": normalized}
 
-    def _translate(self, pieces):
-        """Returns each sentence's hypotheses (id lists) and CTranslate2's scores."""
+    def _encode(self, texts):
+        """Each text's piece ids, cut so that START and END (added by CTranslate2,
+        `add_source_bos/eos`) fit too."""
+        return [ids[:self.options["max_source_length"] - 2]
+                for ids in self._processor.encode(texts)]
+
+    def _translate(self, pieces, prefixes=None, seeds=None):
+        """Returns each sentence's hypotheses (id lists), CTranslate2's scores, and
+        with `align`, the best hypothesis's attention (a list of rows, or `None`)."""
         limits = [self._limit(len(ids) + 2) for ids in pieces]
         rows = [[[self._end_id]] for _ in pieces]
         scores = [[0.0] for _ in pieces]
-        nonempty = [i for i, ids in enumerate(pieces) if ids]
-        if nonempty:
+        attention = [None] * len(pieces)
+        # An empty source without a prefix translates to END alone, as exported.
+        searched = [i for i, ids in enumerate(pieces) if ids or (prefixes and prefixes[i])]
+        groups = {None: searched}
+        if seeds is not None:  # one call per seed, after seeding CTranslate2
+            groups = {}
+            for i in searched:
+                groups.setdefault(int(seeds[i]) % 2**32, []).append(i)
+        for seed, group in groups.items():
+            options = dict(beam_size=self._beam_size, length_penalty=self._length_penalty,
+                           num_hypotheses=self._hypotheses)
+            if seed is not None:
+                self._ctranslate2.set_random_seed(seed)
+                options = dict(beam_size=1, sampling_topk=self.options["sampling_top_k"],
+                               sampling_temperature=self.options["sampling_temperature"])
+            if prefixes is not None:
+                options["target_prefix"] = [self._pieces(prefixes[i]) or None
+                                            for i in group]
             results = self._translator.translate_batch(
-                [self._pieces(pieces[i]) for i in nonempty],
-                beam_size=self._beam_size, length_penalty=self._length_penalty,
-                num_hypotheses=self._hypotheses,
-                max_decoding_length=max(limits[i] for i in nonempty),
-                min_decoding_length=1, max_input_length=0, return_end_token=True,
-                return_scores=True, suppress_sequences=[[self._pad]])
-            for i, result in zip(nonempty, results):
+                [self._pieces(pieces[i]) for i in group],
+                max_decoding_length=max(limits[i] for i in group), min_decoding_length=1,
+                max_input_length=0, return_end_token=True, return_scores=True,
+                return_attention=self.signature == ALIGN_SIGNATURE,
+                suppress_sequences=[[self._pad]], **options)
+            for i, result in zip(group, results):
                 # One limit for the batch: cut each output to its own, as the exported
                 # translator stops each sentence at its own (greedy prefixes agree).
                 rows[i] = [[self._processor.piece_to_id(piece) for piece in hypothesis][
                     :limits[i]] for hypothesis in result.hypotheses]
                 scores[i] = list(result.scores)
-        return rows, scores
+                if result.attention:
+                    attention[i] = result.attention[0][:limits[i]]
+        return rows, scores, attention
+
+    def _alignments(self, pieces, rows, attention):
+        """The `align` signature's alignment outputs (`decoding.alignment`'s rules)."""
+        sources = [[self._processor.bos_id(), *ids, self._end_id] for ids in pieces]
+        source_words = _word_indices(sources, self._word_starts(), self._special_ids())
+        target_words = _word_indices(rows, self._word_starts(), self._special_ids())
+        weights = np.zeros([len(rows), target_words.shape[1], source_words.shape[1]],
+                           np.float32)
+        for i, matrix in enumerate(attention):
+            if matrix:  # an empty source has none
+                matrix = np.asarray(matrix, np.float32)
+                weights[i, :matrix.shape[0], :matrix.shape[1]] = matrix
+        masked = np.where(source_words[:, None, :] >= 0, weights, -1.0)
+        aligned = np.take_along_axis(source_words, masked.argmax(axis=-1), axis=1)
+        return {"attention": weights, "source_words": source_words,
+                "target_words": target_words,
+                "alignments": np.where(target_words >= 0, aligned, -1).astype(np.int32)}
+
+    def _word_starts(self):
+        if not hasattr(self, "_starts"):
+            self._starts = np.array([self._processor.id_to_piece(i).startswith("\u2581")
+                                     for i in range(self._processor.get_piece_size())])
+        return self._starts
+
+    def _special_ids(self):
+        return (self._pad_id, self._processor.bos_id(), self._end_id)
 
     def _score(self, pieces, translations):
         """The `score` signature's outputs of `translations` after `pieces`."""
@@ -405,6 +511,11 @@ class MissingSignatureError(ValueError):
     """An artifact lacks the signature asked for; the message says what to do."""
 
 
+def _tensor(tf, value):
+    """A signature input as a tensor: strings from object arrays, else the array's type."""
+    return tf.constant(value, tf.string if value.dtype == object else None)
+
+
 def translations(outputs):
     """Returns the `translations` output as a list of `str` (invalid UTF-8 replaced)."""
     return [text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
@@ -413,6 +524,16 @@ def translations(outputs):
 
 def _text(sentence):
     return sentence.decode("utf-8", "replace") if isinstance(sentence, bytes) else str(sentence)
+
+
+def _word_indices(rows, word_starts, special_ids):
+    """NumPy's `decoding.alignment.word_indices` of id lists: int32 `(B, longest)`,
+    -1 at special ids and padding."""
+    ids = _padded(rows, special_ids[0])
+    real = ~np.isin(ids, special_ids)
+    starts = word_starts[ids] & real
+    words = np.maximum(np.cumsum(starts, axis=1) - 1, 0)
+    return np.where(real, words, -1).astype(np.int32)
 
 
 def _padded(rows, value, dtype=np.int32):
@@ -440,14 +561,18 @@ class ModuleRunner:
         self._tf = tf
         self.translator = translator
         signature = signature or (BEAM_SIGNATURE if beam else GREEDY_SIGNATURE)
+        self.signature = signature
         self._function = {GREEDY_SIGNATURE: translator.translate,
                           BEAM_SIGNATURE: translator.translate_beam,
                           N_BEST_SIGNATURE: translator.translate_n_best,
-                          SCORE_SIGNATURE: translator.score}[signature]
+                          SCORE_SIGNATURE: translator.score,
+                          PREFIX_SIGNATURE: translator.translate_prefix,
+                          SAMPLE_SIGNATURE: translator.sample,
+                          ALIGN_SIGNATURE: translator.align}[signature]
 
-    def __call__(self, sentences, translations=None):
-        inputs = [self._tf.constant(value, self._tf.string)
-                  for value in signature_inputs(sentences, translations).values()]
+    def __call__(self, sentences, second=None):
+        inputs = [_tensor(self._tf, value) for value in
+                  signature_inputs(self.signature, sentences, second).values()]
         return {name: value.numpy() for name, value in self._function(*inputs).items()}
 
     def with_signature(self, signature):

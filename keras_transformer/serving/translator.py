@@ -64,6 +64,8 @@ from keras_transformer.files import (
     PREFIX_SIGNATURE,
     PREFIXES_INPUT,
     SAMPLE_SIGNATURE,
+    SAMPLING_TEMPERATURE,
+    SAMPLING_TOP_K,
     SCORE_SIGNATURE,
     SEEDS_INPUT,
     SIGNATURES,
@@ -127,7 +129,8 @@ class Translator(tf.Module):
 
     def __init__(self, model, tokenizer, *, max_output_length=None, extra_length=50,
                  beam_size=PAPER_BEAM_SIZE, length_penalty=PAPER_LENGTH_PENALTY,
-                 n_best=None, sampling_top_k=0, sampling_temperature=1.0,
+                 n_best=None, sampling_top_k=SAMPLING_TOP_K,
+                 sampling_temperature=SAMPLING_TEMPERATURE,
                  alignment_layer=None, signatures=SIGNATURES, jit_compile=False,
                  name="translator"):
         super().__init__(name=name)
