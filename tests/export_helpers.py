@@ -83,3 +83,18 @@ def tiny_export(directory):
         saved_model=str(directory / files.SAVED_MODEL),
         tflite=str(directory / files.TFLITE),
         tflite_quantized=str(directory / files.TFLITE_QUANTIZED))
+
+
+@functools.lru_cache(maxsize=None)
+def artifact_runner(directory, artifact, signature):
+    """The runner of `signature` in `artifact` ("saved_model", "session" for the
+    session-based loader, "tflite", "tflite_quantized") of an export `directory`,
+    loaded once (loading costs seconds)."""
+    from keras_transformer.serving import runners
+
+    paths = {"saved_model": files.SAVED_MODEL, "session": files.SAVED_MODEL,
+             "tflite": files.TFLITE, "tflite_quantized": files.TFLITE_QUANTIZED}
+    path = f"{directory}/{paths[artifact]}"
+    if artifact == "session":
+        return runners.SessionRunner(path, signature)
+    return runners.open_runner(path, signature=signature)

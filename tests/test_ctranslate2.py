@@ -2,6 +2,7 @@
 greedy ids and scores, for every layer form the converter maps (post-LN and pre-LN,
 tied and untied embeddings), and the exported translator's contract on any input."""
 
+import json
 import os
 import subprocess
 import sys
@@ -206,3 +207,70 @@ def test_ctranslate2_n_best_lists_are_the_models_without_a_length_penalty(tmp_pa
                                rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(found["translations"][:, 0], runners.CTranslate2Runner(
         tmp_path / files.CTRANSLATE2, beam=True)(sentences)["translations"])
+
+
+def test_ctranslate2_prefix_sample_and_align_follow_the_exported_signatures(tmp_path):
+    """One export, three signatures: CTranslate2's `target_prefix` (α = 0, where both
+    beam searches rank alike), its sampling at top-k 1 (greedy decoding), and its
+    attention, which must be the exported `align`'s layer with its heads averaged."""
+    translator, _ = _export(tmp_path, {"length_penalty": 0.0, "max_output_length": 12,
+                                       "sampling_top_k": 1}, num_layers=2)
+    directory = tmp_path / files.CTRANSLATE2
+    sentences = [*SENTENCES[:12], ""]
+    prefixes = ["Ein Mann", "", "zwei", *["die"] * 9, "Hallo"]
+    runner = runners.CTranslate2Runner(directory, signature=files.PREFIX_SIGNATURE)
+    found = runner(sentences, prefixes)
+    expected = runners.ModuleRunner(translator, signature=files.PREFIX_SIGNATURE)(
+        sentences, prefixes)
+    for row, prefix in zip(found["token_ids"], prefixes):
+        pieces = translator.tokenizer.tokenize([prefix]).to_list()[0]
+        assert list(row[:len(pieces)]) == pieces
+    same = [a == b for a, b in zip(token_sequences(found["token_ids"]),
+                                   token_sequences(expected["token_ids"]))]
+    assert sum(same) >= 0.9 * len(sentences), same
+    np.testing.assert_allclose(found["scores"][same], expected["scores"][same],
+                               rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="13 sentences but 1 prefixes"):
+        runner(sentences, prefixes[:1])
+
+    sampled = runners.CTranslate2Runner(directory, signature=files.SAMPLE_SIGNATURE)(
+        sentences, list(range(len(sentences))))
+    greedy = runners.ModuleRunner(translator)(sentences)
+    assert token_sequences(sampled["token_ids"]) == token_sequences(greedy["token_ids"])
+
+    found = runners.CTranslate2Runner(directory, signature=files.ALIGN_SIGNATURE)(sentences)
+    expected = runners.ModuleRunner(translator, signature=files.ALIGN_SIGNATURE)(sentences)
+    same = [a == b for a, b in zip(token_sequences(found["token_ids"]),
+                                   token_sequences(expected["token_ids"]))]
+    assert sum(same) >= 0.9 * len(sentences), same
+    for i in np.flatnonzero(same):
+        for name in ("source_words", "target_words"):
+            width = min(found[name].shape[1], expected[name].shape[1])
+            np.testing.assert_array_equal(found[name][i, :width], expected[name][i, :width])
+        # The weights of the pieces (CTranslate2 gives none for START and END).
+        rows = min(found["attention"].shape[1], expected["attention"].shape[1])
+        pieces = np.flatnonzero(expected["source_words"][i] >= 0)
+        if not pieces.size:  # the empty source: no word to align to
+            assert (found["alignments"][i] == -1).all()
+            continue
+        weights = expected["attention"][i, :rows][:, pieces]  # (rows, pieces)
+        np.testing.assert_allclose(found["attention"][i, :rows][:, pieces], weights,
+                                   atol=1e-4)
+        # The same alignments where no near-tie (a random model's attention is almost
+        # uniform) lets float rounding pick another piece.
+        ranked = np.sort(weights, axis=1)
+        clear = ranked[:, -1] - ranked[:, -2] > 1e-3
+        np.testing.assert_array_equal(found["alignments"][i, :rows][clear],
+                                      expected["alignments"][i, :rows][clear])
+
+
+def test_ctranslate2_directories_exported_before_sampling_say_so(tmp_path):
+    _export(tmp_path, num_layers=1)
+    options_path = tmp_path / files.CTRANSLATE2 / files.CTRANSLATE2_OPTIONS
+    options = json.loads(options_path.read_text(encoding="utf-8"))
+    for key in ("sampling_top_k", "sampling_temperature", "alignment_layer"):
+        del options[key]
+    options_path.write_text(json.dumps(options), encoding="utf-8")
+    for signature in (files.SAMPLE_SIGNATURE, files.ALIGN_SIGNATURE):
+        with pytest.raises(runners.MissingSignatureError, match="export the run again"):
+            runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2, signature=signature)

@@ -58,7 +58,7 @@ def test_the_quick_start_runs_as_written(tmp_path, fixture_corpus_dir):
         assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
         outputs.append(result.stdout)
     assert re.search(r"self-check (\d+)/\1 passed", outputs[1]), outputs[1]
-    assert "n-best: TFLite = SavedModel" in outputs[1]  # the table covers every signature
+    assert "align attention: TFLite = SavedModel" in outputs[1]  # the table covers every signature
     assert len(outputs[2].splitlines()) == 1  # one translation for the one sentence
     rows = [line.split()[0] for line in outputs[3].splitlines() if line.startswith("test_")]
     assert rows == list(multi30k.TEST_SPLITS)

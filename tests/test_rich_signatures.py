@@ -16,7 +16,7 @@ from keras_transformer import cli, files, formats, translate
 from keras_transformer.serving import runners, self_check
 from keras_transformer.serving import translator as translator_lib
 from keras_transformer.serving.translator import Translator
-from tests.export_helpers import BAD_INPUTS, batch_of, tiny_export
+from tests.export_helpers import BAD_INPUTS, artifact_runner, batch_of, tiny_export
 
 SENTENCES = [*batch_of(6), "", "x"]
 TARGETS = ["Ein Hund läuft.", "", "zwei Männer spielen Fußball", "x", "😀 日本語",
@@ -30,17 +30,8 @@ def exported(tmp_path_factory):
     return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
 
 
-_RUNNERS = {}
-
-
 def _runner(exported, artifact, signature):
-    """The runner of `signature` in `artifact`, loaded once (loading costs seconds)."""
-    key = (exported.directory, artifact, signature)
-    if key not in _RUNNERS:
-        _RUNNERS[key] = (runners.SessionRunner(exported.saved_model, signature)
-                         if artifact == "session" else runners.open_runner(
-                             getattr(exported, artifact), signature=signature))
-    return _RUNNERS[key]
+    return artifact_runner(exported.directory, artifact, signature)
 
 
 def _in_memory(exported, signature, *inputs):
@@ -156,9 +147,14 @@ def test_self_check_covers_the_rich_signatures(exported):
                                              exported.translator)
     table = self_check.format_table(checks)
     assert all(check.passed for check in checks), table
-    assert {"n-best: first = beam search (SavedModel)", "n-best: TFLite = SavedModel",
-            "n-best scores: in-memory = SavedModel", "score: TFLite = SavedModel",
-            "score: in-memory = SavedModel"} <= {check.name for check in checks}
+    names = {check.name for check in checks}
+    assert "n-best: first = beam search (SavedModel)" in names
+    assert "prefix: translations start with it (SavedModel)" in names
+    for signature in files.SIGNATURES[2:]:
+        for runtime in ("TFLite", "in-memory"):
+            assert {f"{signature}: {runtime} = SavedModel",
+                    f"{signature} scores: {runtime} = SavedModel"} <= names
+    assert "align attention: TFLite = SavedModel" in names
 
 
 def test_self_check_fails_on_scores_that_differ():
@@ -237,3 +233,11 @@ def test_score_command_refuses_files_of_different_lengths(exported, tmp_path, ca
     assert cli.main(["score", exported.tflite, "--source", str(source), "--target",
                      str(target)]) == 2
     assert "has 3 lines but --target" in capsys.readouterr().err
+
+
+def test_self_check_fails_on_translations_without_their_prefix(exported):
+    saved_model = runners.SavedModelRunner(exported.saved_model)
+    unforced = saved_model.with_signature(files.BEAM_SIGNATURE)(["A dog."])
+    for signatures in (files.SIGNATURES, [files.PREFIX_SIGNATURE]):  # pieces, then text
+        assert not self_check._starts_with_prefixes(
+            saved_model, signatures, ["A dog."], ["Zwei Männer"], unforced).passed

@@ -27,6 +27,7 @@ Public API:
       `Translator` in memory.
 """
 
+import copy
 import json
 import logging
 import os
@@ -157,6 +158,13 @@ class SavedModelRunner:
                   signature_inputs(self.signature, sentences, second).items()}
         return {name: value.numpy() for name, value in self._function(**inputs).items()}
 
+    def with_signature(self, signature):
+        """Returns a runner of `signature` sharing this one's loaded SavedModel (loading
+        takes seconds)."""
+        runner = copy.copy(self)
+        runner._function, runner.signature = self._loaded.signatures[signature], signature
+        return runner
+
 
 class SessionRunner:
     """Calls a SavedModel signature through the session-based loader.
@@ -268,8 +276,10 @@ class CTranslate2Runner:
     `sampling_temperature`, seeding CTranslate2's own generator
     (`ctranslate2.set_random_seed`) once per distinct seed of a call, so its draws
     differ from the exported ones and depend on the sentences called together; the
-    same call repeats them. `align` passes `return_attention`: the export set the
-    layer and averages all its heads, as the exported `align`. Where the scores
+    same call repeats them. `align` takes the beam search's translations and their
+    `return_attention` from a second, forced one-beam search (see `_forced_attention`):
+    the export set the layer and averages all its heads, as the exported `align`;
+    CTranslate2 gives no weights for START and END, whose columns are 0. Where the scores
     would be CTranslate2's own (`prefix`, `sample`), they are `score_batch`'s.
 
     Args:
@@ -321,7 +331,7 @@ class CTranslate2Runner:
         prefixes = (self._encode([_text(p) for p in second])
                     if self.signature == PREFIX_SIGNATURE else None)
         seeds = inputs.get(files.SEEDS_INPUT)
-        rows, scores, attention = self._translate(pieces, prefixes, seeds)
+        rows, scores = self._translate(pieces, prefixes, seeds)
         if self.signature != N_BEST_SIGNATURE:
             rows = [hypotheses[0] for hypotheses in rows]
             outputs = {"translations": self._texts(rows),
@@ -331,7 +341,8 @@ class CTranslate2Runner:
                 outputs["scores"] = self._score_ids(
                     pieces, [[row] for row in rows]).reshape([len(rows)])
             if self.signature == ALIGN_SIGNATURE:
-                outputs.update(self._alignments(pieces, rows, attention))
+                outputs.update(self._alignments(pieces, rows,
+                                                self._forced_attention(pieces, rows)))
             return outputs
         # Fillers as the exported n_best's: empty, scored FORBIDDEN_SCORE.
         count = self._hypotheses
@@ -356,15 +367,13 @@ class CTranslate2Runner:
                 for ids in self._processor.encode(texts)]
 
     def _translate(self, pieces, prefixes=None, seeds=None):
-        """Returns each sentence's hypotheses (id lists), CTranslate2's scores, and
-        with `align`, the best hypothesis's attention (a list of rows, or `None`)."""
+        """Returns each sentence's hypotheses (id lists) and CTranslate2's scores."""
         limits = [self._limit(len(ids) + 2) for ids in pieces]
         rows = [[[self._end_id]] for _ in pieces]
         scores = [[0.0] for _ in pieces]
-        attention = [None] * len(pieces)
         # An empty source without a prefix translates to END alone, as exported.
         searched = [i for i, ids in enumerate(pieces) if ids or (prefixes and prefixes[i])]
-        groups = {None: searched}
+        groups = {None: searched} if searched else {}
         if seeds is not None:  # one call per seed, after seeding CTranslate2
             groups = {}
             for i in searched:
@@ -383,7 +392,6 @@ class CTranslate2Runner:
                 [self._pieces(pieces[i]) for i in group],
                 max_decoding_length=max(limits[i] for i in group), min_decoding_length=1,
                 max_input_length=0, return_end_token=True, return_scores=True,
-                return_attention=self.signature == ALIGN_SIGNATURE,
                 suppress_sequences=[[self._pad]], **options)
             for i, result in zip(group, results):
                 # One limit for the batch: cut each output to its own, as the exported
@@ -391,9 +399,32 @@ class CTranslate2Runner:
                 rows[i] = [[self._processor.piece_to_id(piece) for piece in hypothesis][
                     :limits[i]] for hypothesis in result.hypotheses]
                 scores[i] = list(result.scores)
-                if result.attention:
-                    attention[i] = result.attention[0][:limits[i]]
-        return rows, scores, attention
+        return rows, scores
+
+    def _forced_attention(self, pieces, rows):
+        """The attention of each of `rows` after `pieces`, decoded again as the target
+        prefix of a one-beam search (`None` for an empty source).
+
+        CTranslate2's beam search (beam size 2 or more) returns other weights for the
+        first target token than the same hypothesis decoded alone (later rows agree):
+        the chosen hypotheses are decoded again, forced, where its weights are the
+        model's.
+        """
+        attention = [None] * len(rows)
+        group = [i for i, ids in enumerate(pieces) if ids]
+        if not group:
+            return attention
+        # The weights of a row do not depend on the token chosen there: the last row
+        # (END, or the limit's token) is free to differ.
+        results = self._translator.translate_batch(
+            [self._pieces(pieces[i]) for i in group],
+            target_prefix=[self._pieces(rows[i][:-1]) or None for i in group],
+            max_decoding_length=max(len(rows[i]) for i in group), min_decoding_length=1,
+            max_input_length=0, return_end_token=True, return_attention=True,
+            beam_size=1, suppress_sequences=[[self._pad]])
+        for i, result in zip(group, results):
+            attention[i] = result.attention[0][:len(rows[i])]
+        return attention
 
     def _alignments(self, pieces, rows, attention):
         """The `align` signature's alignment outputs (`decoding.alignment`'s rules)."""
@@ -404,8 +435,10 @@ class CTranslate2Runner:
                            np.float32)
         for i, matrix in enumerate(attention):
             if matrix:  # an empty source has none
+                # CTranslate2 gives the weights of the pieces alone, not of the START
+                # and END it adds: those columns stay 0.
                 matrix = np.asarray(matrix, np.float32)
-                weights[i, :matrix.shape[0], :matrix.shape[1]] = matrix
+                weights[i, :matrix.shape[0], 1:1 + matrix.shape[1]] = matrix
         masked = np.where(source_words[:, None, :] >= 0, weights, -1.0)
         aligned = np.take_along_axis(source_words, masked.argmax(axis=-1), axis=1)
         return {"attention": weights, "source_words": source_words,

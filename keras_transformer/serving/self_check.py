@@ -132,56 +132,84 @@ def same_scores(name, expected, actual):
 
 
 def rich_decoding_checks(export_dir, sources, translator=None):
-    """Checks of the `n_best` and `score` signatures (where exported) between the
-    artifacts and, given `translator`, the in-memory model.
+    """Checks of the signatures beyond greedy and beam search (where exported) between
+    the artifacts and, given `translator`, the in-memory model.
 
-    The n-best lists of `sources` must start with beam search's output, and their ids
-    and scores must agree everywhere, as must the scores of the SavedModel's greedy
-    translations of `sources`.
+    The n-best lists of `sources` must start with beam search's output; translations
+    after prefixes (the first word of each beam translation, at most 12 characters)
+    must start with them; every signature's ids must agree in the SavedModel, the
+    TFLite file and in memory, as must its scores, and `align`'s attention.
     """
-    saved_model = os.path.join(export_dir, files.SAVED_MODEL)
+    saved_model = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL))
     tflite_path = os.path.join(export_dir, files.TFLITE)
     signatures = _exported_signatures(export_dir)
     checks = []
+
+    def agreement(signature, second=None, ids=_flat_sequences):
+        """The SavedModel's outputs of `signature`, and the checks that the others agree."""
+        found = saved_model.with_signature(signature)(sources, second)
+        others = []
+        if os.path.exists(tflite_path):
+            others.append(("TFLite", runners.TFLiteRunner(tflite_path, signature)))
+        if translator is not None:
+            others.append(("in-memory", runners.ModuleRunner(translator, signature=signature)))
+        for name, runner in others:
+            outputs = runner(sources, second)
+            checks.append(compare(f"{signature}: {name} = SavedModel", ids(found),
+                                  ids(outputs)))
+            checks.append(same_scores(f"{signature} scores: {name} = SavedModel",
+                                      found["scores"], outputs["scores"]))
+            if "attention" in found:
+                checks.append(same_scores(f"{signature} attention: {name} = SavedModel",
+                                          found["attention"], outputs["attention"]))
+        return found
+
     if files.N_BEST_SIGNATURE in signatures:
-        n_best = runners.SavedModelRunner(saved_model, files.N_BEST_SIGNATURE)(sources)
-        beam = runners.SavedModelRunner(saved_model, files.BEAM_SIGNATURE)(sources)
+        n_best = agreement(files.N_BEST_SIGNATURE)
+        beam = saved_model.with_signature(files.BEAM_SIGNATURE)(sources)
         checks.append(compare("n-best: first = beam search (SavedModel)",
                               token_sequences(beam["token_ids"]),
                               token_sequences(n_best["token_ids"][:, 0])))
-        for name, outputs in _n_best_elsewhere(tflite_path, translator, sources):
-            checks.append(compare(f"n-best: {name} = SavedModel",
-                                  _flat_sequences(n_best), _flat_sequences(outputs)))
-            checks.append(same_scores(f"n-best scores: {name} = SavedModel",
-                                      n_best["scores"], outputs["scores"]))
     if files.SCORE_SIGNATURE in signatures:
-        targets = runners.translations(runners.SavedModelRunner(saved_model)(sources))
-        scores = runners.SavedModelRunner(saved_model, files.SCORE_SIGNATURE)(sources,
-                                                                              targets)
-        elsewhere = []
-        if os.path.exists(tflite_path):
-            elsewhere.append(("TFLite", runners.TFLiteRunner(
-                tflite_path, files.SCORE_SIGNATURE)(sources, targets)))
-        if translator is not None:
-            elsewhere.append(("in-memory", runners.ModuleRunner(
-                translator, signature=files.SCORE_SIGNATURE)(sources, targets)))
-        for name, outputs in elsewhere:
-            checks.append(same_scores(f"score: {name} = SavedModel", scores["scores"],
-                                      outputs["scores"]))
+        agreement(files.SCORE_SIGNATURE, runners.translations(saved_model(sources)),
+                  ids=lambda outputs: token_sequences(outputs["token_ids"]))
+    if files.PREFIX_SIGNATURE in signatures:
+        beam = runners.translations(saved_model.with_signature(files.BEAM_SIGNATURE)(sources))
+        # At most 12 characters: a word cut short is what autocompletion forces, and a
+        # random model's endless first word would not fit its length limit.
+        prefixes = [" ".join(text.split()[:1])[:12] for text in beam]
+        found = agreement(files.PREFIX_SIGNATURE, prefixes)
+        checks.append(_starts_with_prefixes(saved_model, signatures, sources, prefixes,
+                                            found))
+    if files.SAMPLE_SIGNATURE in signatures:
+        agreement(files.SAMPLE_SIGNATURE, list(range(len(sources))))
+    if files.ALIGN_SIGNATURE in signatures:
+        agreement(files.ALIGN_SIGNATURE)
     return checks
 
 
-def _n_best_elsewhere(tflite_path, translator, sources):
-    """Yields `(name, n_best outputs)` of the TFLite file and the in-memory model."""
-    if os.path.exists(tflite_path):
-        yield "TFLite", runners.TFLiteRunner(tflite_path, files.N_BEST_SIGNATURE)(sources)
-    if translator is not None:
-        yield "in-memory", runners.ModuleRunner(
-            translator, signature=files.N_BEST_SIGNATURE)(sources)
+def _starts_with_prefixes(saved_model, signatures, sources, prefixes, found):
+    """The check that the `prefix` outputs `found` start with their `prefixes`: with
+    their pieces (the `score` signature's tokenization) where that signature is
+    exported, with their text otherwise. Pieces, as the decoder forces them: a text
+    whose characters the vocabulary lacks detokenizes to other text ("⁇")."""
+    if files.SCORE_SIGNATURE not in signatures:
+        texts = runners.translations(found)
+        return Check("prefix: translations start with it (SavedModel)",
+                     all(text.startswith(prefix) for text, prefix in zip(texts, prefixes)),
+                     f"{len(texts)} translations after their first word")
+    pieces = token_sequences(saved_model.with_signature(files.SCORE_SIGNATURE)(
+        sources, prefixes)["token_ids"])
+    outputs = token_sequences(found["token_ids"])
+    return Check("prefix: translations start with it (SavedModel)",
+                 all(tuple(ids[:len(forced) - 1]) == forced[:-1]  # without its END
+                     for ids, forced in zip(outputs, pieces)),
+                 f"{len(outputs)} translations after their first word's pieces")
 
 
 def _flat_sequences(outputs):
-    """The token sequences of every hypothesis of `n_best` outputs, row after row."""
+    """The token sequences of every hypothesis of a signature's outputs, row after row
+    (one per sentence, or `n_best`'s n)."""
     ids = np.asarray(outputs["token_ids"])
     return token_sequences(ids.reshape([-1, ids.shape[-1]]))
 
