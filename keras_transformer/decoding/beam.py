@@ -103,7 +103,9 @@ def beam_search(model, source_ids, *, beam_size=PAPER_BEAM_SIZE,
     nonempty = has_source(source_ids, start_id, end_id, pad_id)  # (B,)
     prefix = ()  # or the ids and lengths of each row's prefix, (B*K, P) and (B*K,)
     if prefix_ids is not None:
-        prefix_ids = tf.cast(prefix_ids, tf.int32)
+        # A column of padding more: `_prefix_bias` reads a column even where P is 0.
+        prefix_ids = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]],
+                            constant_values=pad_id)
         prefix_lengths = tf.reduce_sum(tf.cast(prefix_ids != pad_id, tf.int32), axis=1)
         nonempty = nonempty | (prefix_lengths > 0)
         prefix = (tf.gather(prefix_ids, beam_rows), tf.gather(prefix_lengths, beam_rows))
