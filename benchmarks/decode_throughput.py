@@ -57,7 +57,8 @@ class EndlessModel(tf.Module):
     """A `Transformer` whose END logit never wins, so every output reaches its limit.
 
     Offers what the decoders and `serving.Translator` use: `encode`, `init_cache`,
-    `decode_step`, `decode`, `max_length` and `variables`.
+    `decode_step`, `decode`, `cross_attention_weights` (for the `align` signature),
+    `max_length` and `variables`.
     """
 
     def __init__(self, model):
@@ -83,6 +84,10 @@ class EndlessModel(tf.Module):
     def decode(self, target_ids, encoder_output, source_ids, training=None):
         return _without_end(self.model.decode(target_ids, encoder_output, source_ids,
                                               training=training))
+
+    def cross_attention_weights(self, target_ids, encoder_output, source_ids):
+        # Attention does not depend on the END logit: the wrapped model's, as it is.
+        return self.model.cross_attention_weights(target_ids, encoder_output, source_ids)
 
 
 def _without_end(logits):
