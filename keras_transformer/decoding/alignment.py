@@ -44,10 +44,11 @@ def word_indices(ids, word_starts, special_ids=(PAD_ID, START_ID, END_ID)):
     """
     ids = tf.cast(ids, tf.int32)
     real = tf.reduce_all(tf.stack([ids != special for special in special_ids]), axis=0)
-    starts = tf.cast(tf.gather(word_starts, ids), tf.int32) * tf.cast(real, tf.int32)
-    # A first piece that starts no word (a text without SentencePiece's leading "▁")
-    # still belongs to word 0.
-    words = tf.maximum(tf.cumsum(starts, axis=1) - 1, 0)
+    real_count = tf.cumsum(tf.cast(real, tf.int32), axis=1)
+    # The first real piece opens word 0 even without SentencePiece's leading "▁" (an
+    # output or prefix that starts mid-word): "xyz ▁abc" detokenizes to two words.
+    opens = (tf.gather(word_starts, ids) | (real_count == 1)) & real
+    words = tf.cumsum(tf.cast(opens, tf.int32), axis=1) - 1
     return tf.where(real, words, -1)
 
 

@@ -564,9 +564,8 @@ def _word_indices(rows, word_starts, special_ids):
     -1 at special ids and padding."""
     ids = _padded(rows, special_ids[0])
     real = ~np.isin(ids, special_ids)
-    starts = word_starts[ids] & real
-    words = np.maximum(np.cumsum(starts, axis=1) - 1, 0)
-    return np.where(real, words, -1).astype(np.int32)
+    opens = (word_starts[ids] | (np.cumsum(real, axis=1) == 1)) & real
+    return np.where(real, np.cumsum(opens, axis=1) - 1, -1).astype(np.int32)
 
 
 def _padded(rows, value, dtype=np.int32):
