@@ -109,8 +109,14 @@ def test_loaded_translator_lists_and_scores_like_the_signatures(exported):
     np.testing.assert_allclose([h.normalized_score for h in lists[0]],
                                raw["normalized_scores"][0], **TOLERANCE)
     scored = loaded.score(SENTENCES, TARGETS)
-    raw = runners.TFLiteRunner(exported.tflite, files.SCORE_SIGNATURE)(SENTENCES, TARGETS)
-    np.testing.assert_allclose([s.score for s in scored], raw["scores"], **TOLERANCE)
+    # Against the signature called on the batches the translator makes (by length,
+    # three at most): what is checked here is that each pair keeps its score.
+    runner = runners.TFLiteRunner(exported.tflite, files.SCORE_SIGNATURE)
+    expected = np.zeros(len(SENTENCES), np.float32)
+    for batch in translate.length_batches([len(s) for s in SENTENCES], 3, None):
+        expected[batch] = runner([SENTENCES[i] for i in batch],
+                                 [TARGETS[i] for i in batch])["scores"]
+    np.testing.assert_allclose([s.score for s in scored], expected, **TOLERANCE)
     # Tokens without padding, END last; their scores sum to the score.
     assert scored[1].tokens == ["</s>"]
     assert all(s.tokens[-1] == "</s>" and "" not in s.tokens for s in scored)
