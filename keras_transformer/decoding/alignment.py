@@ -11,8 +11,9 @@ Words are whitespace words, the pieces between two that start one (SentencePiece
 those with "▁"). Pharaoh pairs `i-j` (source word i, output word j) are the distinct
 (source word, output word) pairs of the output's pieces (`formats.pharaoh`).
 
-Which layer: fairseq (Garg et al., 2019) reads the penultimate one; `DEFAULT_LAYER`
-is what aligned best in this package's measurement (docs/serving.md).
+Which layer: `default_layer`, the penultimate, as fairseq (Garg et al., 2019); on a
+copy task with reordering it aligned as well as the last and far better than the
+first (docs/serving.md, `benchmarks/alignment_layers.py`).
 
 Shape legend as in `common.py`.
 """
