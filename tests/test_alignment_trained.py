@@ -19,6 +19,7 @@ def trained(tmp_path_factory):
                                              epochs=80)
 
 
+@pytest.mark.timeout(900)  # the fixture trains: 2.5 min with AVX-512, about 6 without
 def test_the_default_layer_aligns_the_permutation(trained):
     model, tokenizer, pairs = trained
     exact, aligned = alignment_layers.layer_accuracy(
