@@ -83,8 +83,9 @@ def copy_task_config(paths, layers, epochs, minutes=None, seed=0):
 
 
 def train_copy_model(directory, layers, epochs=80, minutes=None, train_sentences=4000,
-                     test_sentences=300, seed=0):
-    """Trains on the copy task in `directory`; returns `(model, tokenizer, test pairs)`."""
+                     test_sentences=300, seed=0, verbose=0):
+    """Trains on the copy task in `directory` (`verbose` as `kt.train`'s); returns
+    `(model, tokenizer, test pairs)`."""
     generator = np.random.default_rng(seed)
     words = generator.choice([consonant + vowel + last for consonant in "bdfgklmnprstvz"
                               for vowel in "aeiou" for last in "kmst"], size=40,
@@ -95,7 +96,7 @@ def train_copy_model(directory, layers, epochs=80, minutes=None, train_sentences
     paths = write_corpus(directory, splits)
     run_dir = os.path.join(directory, "run")
     fit.train(copy_task_config(paths, layers, epochs, minutes, seed), run_dir,
-              verbose=int(os.environ.get("ALIGN_VERBOSE", "0")))
+              verbose=verbose)
     _, tokenizer, model = runs.load_run(run_dir)
     return model, tokenizer, splits["test"]
 
@@ -127,8 +128,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as scratch:
         model, tokenizer, pairs = train_copy_model(
             scratch, arguments.layers, arguments.epochs, arguments.minutes,
-            arguments.train_sentences,
-            arguments.test_sentences, arguments.seed)
+            arguments.train_sentences, arguments.test_sentences, arguments.seed,
+            verbose=2)  # a line per epoch
     rows = []
     for layer in range(model.num_layers):
         exact, aligned = layer_accuracy(model, tokenizer, pairs, layer)
