@@ -15,7 +15,7 @@ traceback behind an error.
 
 Here: `main` and the parser; `console` (log output, TensorFlow's start-up lines),
 `options` (what verbs share: types, decoder and config options, `make_config`), and
-the verbs by stage: `training`, `exporting`, `translating`, `tools`.
+the verbs by stage: `training`, `exporting`, `translating`, `serving`, `tools`.
 
 Only modules that need nothing beyond the standard library (`config`, `files`, `runs`,
 the fuzzer's generator) are imported at the top; the others (TensorFlow, Keras, NumPy for the
@@ -27,7 +27,7 @@ import argparse
 import contextlib
 import sys
 
-from keras_transformer.cli import console, exporting, tools, training, translating
+from keras_transformer.cli import console, exporting, serving, tools, training, translating
 from keras_transformer.cli.options import (  # noqa: F401 (the command's API)
     UsageError,
     add_recipe_options,
@@ -39,10 +39,11 @@ from keras_transformer.cli.options import (  # noqa: F401 (the command's API)
 PROGRAM = "keras-transformer"
 
 # In the order `--help` lists them: the data flow, then the main job that runs it all.
-_VERBS = {**training.VERBS, **exporting.VERBS, **translating.VERBS, **tools.VERBS}
+_VERBS = {**training.VERBS, **exporting.VERBS, **translating.VERBS, **serving.VERBS,
+          **tools.VERBS}
 _VERBS = {name: _VERBS[name] for name in (
-    "train", "average", "export", "check", "translate", "score", "evaluate", "distill",
-    "fuzz", "recipe")}
+    "train", "average", "export", "check", "translate", "score", "evaluate", "serve",
+    "distill", "fuzz", "recipe")}
 
 
 def main(argv=None):

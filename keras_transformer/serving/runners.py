@@ -22,6 +22,7 @@ Public API:
       with a second input.
     - `open_runner(path, beam=False, session=False, signature=None)`: the runner an
       artifact needs; `MissingSignatureError` when it lacks the signature.
+    - `signature_names(path)`: the signatures an artifact holds.
     - `translations(outputs)`: the `translations` output as a list of `str`.
     - `ModuleRunner(translator, beam=False, signature=None)`: a runner over a
       `Translator` in memory.
@@ -305,8 +306,7 @@ class CTranslate2Runner:
             intra_threads=threads or CTRANSLATE2_DEFAULT_THREADS)
         self._ctranslate2 = ctranslate2
         self.signature = signature or (BEAM_SIGNATURE if beam else GREEDY_SIGNATURE)
-        needs = {SAMPLE_SIGNATURE: "sampling_top_k", ALIGN_SIGNATURE: "alignment_layer"}
-        if needs.get(self.signature, "max_source_length") not in self.options:
+        if self.signature not in _ctranslate2_signatures(self.options):
             raise MissingSignatureError(
                 f"{directory} has no signature {self.signature!r} (it was exported before "
                 "there was one): export the run again (keras-transformer export RUN_DIR "
@@ -538,6 +538,34 @@ def open_runner(path, beam=False, session=False, threads=None, signature=None):
     raise MissingSignatureError(f"{path} has no signature {signature!r} (it was exported "
                                 "before there was one, or without it): export the run "
                                 "again (keras-transformer export RUN_DIR).")
+
+
+def signature_names(path):
+    """Returns the names of the signatures the artifact at `path` holds, in
+    `files.SIGNATURES` order (a `.tflite` file's and CTranslate2 directory's without
+    TensorFlow)."""
+    path = os.fspath(path)
+    if files.is_ctranslate2_dir(path):
+        with open(os.path.join(path, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
+            held = _ctranslate2_signatures(json.load(file))
+    elif path.endswith(".tflite"):
+        from ai_edge_litert.interpreter import Interpreter  # here: see SavedModelRunner
+
+        # The signature list needs no kernels: the custom ops are not resolved yet.
+        held = Interpreter(model_path=path).get_signature_list()
+    else:
+        from keras_transformer.serving import rest_api
+
+        held = rest_api.saved_model_signature_defs(path)
+    return [name for name in files.SIGNATURES if name in held]
+
+
+def _ctranslate2_signatures(options):
+    """The signatures a CTranslate2 export's options (`files.CTRANSLATE2_OPTIONS`)
+    hold: exports older than `sample` and `align` lack their options."""
+    needs = {SAMPLE_SIGNATURE: "sampling_top_k", ALIGN_SIGNATURE: "alignment_layer"}
+    return [name for name in files.SIGNATURES
+            if needs.get(name, "max_source_length") in options]
 
 
 class MissingSignatureError(ValueError):

@@ -1,0 +1,471 @@
+"""`keras-transformer serve`: any exported translator over HTTP, with TF Serving's REST API.
+
+    keras-transformer serve RUN_DIR/export/translator_dynamic_range.tflite
+    curl -d '{"instances": ["A man rides a bike."]}' \\
+        localhost:8501/v1/models/translator:predict
+
+Serves a SavedModel, a `.tflite` file, a CTranslate2 directory or a run directory (its
+SavedModel) on Starlette and uvicorn: an ASGI framework and server that are small (no
+validation layer: the request formats are TF Serving's, parsed in `rest_api`), run
+requests concurrently on one event loop (what batching across requests needs: many
+waiting requests cost no threads), and drain in-flight requests on SIGTERM. Routes:
+
+- `POST /v1/models/NAME[/versions/1]:predict`, `GET /v1/models/NAME[/metadata]`: TF
+  Serving's REST API (`rest_api`) for every signature the artifact holds;
+- `POST /translate`: `{"sentences": [...], "beam": true, "n_best": 3, "alignment":
+  true, "prefixes": [...], "seed": 7}` in, one object per sentence out (`translate`);
+- `GET /`: a page to translate from a browser (`page.html`);
+- `GET /healthz` (the process answers), `GET /readyz` (the first translation has
+  run), `GET /metrics` (Prometheus: requests, errors, latency, batch sizes, queue).
+
+Sentences of concurrent requests are batched (`batching.Batcher`). Limits
+(`ServerOptions`): body size (413), sentences per request (400), a timeout per request
+(body included: 408 while reading it, 504 after), a bounded queue (503 with
+`Retry-After`); sentences longer than the artifact's limit are truncated by the
+artifact. With the environment variable `ServerOptions.token_env` set, every route but
+`/`, `/healthz` and `/readyz` needs `Authorization: Bearer <its value>` (401).
+Errors are `{"error": message}`, as TF Serving's.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import importlib.resources
+import json
+import logging
+import os
+import time
+
+from keras_transformer import files
+
+# The rest (NumPy, the runners, Starlette) is imported where it is used: the command
+# line reads `ServerOptions` and the defaults below to build its parser.
+
+logger = logging.getLogger(__name__)
+
+# TF Serving's REST port.
+DEFAULT_PORT = 8501
+DEFAULT_MODEL_NAME = "translator"
+# The sentence translated before the server says it is ready.
+WARM_UP_SENTENCE = b"A man rides a bike."
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+    """What `serve` allows and how it batches.
+
+    Attributes:
+        model_name: str. NAME in TF Serving's paths.
+        max_batch_size: int. Most sentences per call of the artifact.
+        batch_timeout_ms: float. How long a batch waits for more sentences.
+        max_queued_sentences: int. Sentences waiting beyond this are refused (503).
+        max_body_bytes: int. Largest request body (413).
+        max_sentences: int. Most sentences per request (400).
+        request_timeout_s: float. Longest a request may take, reading its body
+            included (408 while reading, 504 after).
+        token_env: str. The environment variable whose value, when set, is the bearer
+            token every API route requires.
+        threads: int or `None`. Threads of the runtime (each runtime's default).
+    """
+
+    model_name: str = DEFAULT_MODEL_NAME
+    max_batch_size: int = 32
+    batch_timeout_ms: float = 5.0
+    max_queued_sentences: int = 1024
+    max_body_bytes: int = 10 * 2**20
+    max_sentences: int = 1000
+    request_timeout_s: float = 60.0
+    token_env: str = "KERAS_TRANSFORMER_TOKEN"
+    threads: int = None
+
+    def __post_init__(self):
+        if self.max_sentences > self.max_queued_sentences:
+            raise ValueError(f"max_sentences ({self.max_sentences}) exceeds "
+                             f"max_queued_sentences ({self.max_queued_sentences}): such a "
+                             "request could never be queued (serve --max-sentences, "
+                             "--max-queued-sentences).")
+
+
+class Service:
+    """An artifact's signatures behind a batcher, and what the routes report.
+
+    Loads the artifact's default signature at once (a bad path fails here, before any
+    port is opened) and its other signatures on first use, on the batcher's thread.
+
+    Args:
+        path: str. A run directory, SavedModel directory, `.tflite` file or CTranslate2
+            directory.
+        options: `ServerOptions`.
+    """
+
+    def __init__(self, path, options=ServerOptions()):
+        from keras_transformer.serving import artifacts, batching, rest_api, runners
+
+        self.options = options
+        self.artifact = artifacts.resolve_artifact(path)
+        self.signatures = runners.signature_names(self.artifact)
+        if files.is_ctranslate2_dir(self.artifact) or self.artifact.endswith(".tflite"):
+            self.signature_defs = rest_api.signature_defs(
+                self.signatures, n_best=_exported_n_best(self.artifact))
+        else:
+            self.signature_defs = rest_api.saved_model_signature_defs(self.artifact)
+        self._runners = {files.GREEDY_SIGNATURE: runners.open_runner(
+            self.artifact, threads=options.threads)}
+        self.metrics = Metrics()
+        self.batcher = batching.Batcher(
+            self._call, max_batch_size=options.max_batch_size,
+            batch_timeout=options.batch_timeout_ms / 1000,
+            max_queued=options.max_queued_sentences, on_batch=self.metrics.batch)
+        self.metrics.watch_queue(lambda: self.batcher.queued)
+        self.ready = False
+
+    def _call(self, signature, sentences, second):
+        """Calls `signature` on the batcher's thread, opening its runner on first use."""
+        from keras_transformer.serving import runners
+
+        if signature not in self._runners:
+            first = self._runners[files.GREEDY_SIGNATURE]
+            self._runners[signature] = (
+                first.with_signature(signature) if hasattr(first, "with_signature") else
+                runners.open_runner(self.artifact, signature=signature,
+                                    threads=self.options.threads))
+        return self._runners[signature](sentences, second)
+
+    async def warm_up(self):
+        """Translates `WARM_UP_SENTENCE`; the server is ready after it."""
+        try:
+            await self.batcher.call(files.GREEDY_SIGNATURE, [WARM_UP_SENTENCE], None)
+            self.ready = True
+        except Exception:  # the process stays up, not ready, and says why
+            logger.exception("The warm-up translation failed: %s is not ready.",
+                             self.artifact)
+
+    async def run(self, signature, sentences, second=None):
+        """The outputs of `signature` on a request's sentences, batched."""
+        from keras_transformer.serving import batching, rest_api
+
+        if signature not in self.signatures:
+            raise rest_api.RestError(rest_api.INVALID_ARGUMENT, f"{self.artifact} has no "
+                                     f"signature {signature!r} (it holds "
+                                     f"{', '.join(self.signatures)}).")
+        if len(sentences) > self.options.max_sentences:
+            raise rest_api.RestError(rest_api.INVALID_ARGUMENT, f"{len(sentences)} sentences "
+                                     f"in one request, at most {self.options.max_sentences} "
+                                     "may be (serve --max-sentences): split the request.")
+        try:
+            outputs = await self.batcher.run(signature, sentences, second)
+        except batching.QueueFull as error:
+            raise rest_api.RestError(rest_api.UNAVAILABLE, f"The server is busy: {error}. "
+                                     "Retry later.", {"Retry-After": "1"}) from None
+        self.metrics.sentences.labels(signature).inc(len(sentences))
+        return outputs
+
+
+class Metrics:
+    """The Prometheus metrics of one server, in a registry of its own."""
+
+    def __init__(self):
+        import prometheus_client as prometheus  # here: the serve extra
+
+        self.registry = prometheus.CollectorRegistry()
+        self._prometheus = prometheus
+        common = dict(registry=self.registry, namespace="keras_transformer")
+        self.requests = prometheus.Counter(
+            "requests", "HTTP requests answered, by route and status code.",
+            ["route", "code"], **common)
+        self.errors = prometheus.Counter(
+            "request_errors", "Requests answered with a 4xx or 5xx status.",
+            ["route", "code"], **common)
+        self.latency = prometheus.Histogram(
+            "request_seconds", "Time from a request's arrival to its answer.", ["route"],
+            buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60), **common)
+        self.batch_sizes = prometheus.Histogram(
+            "batch_size", "Sentences per call of the artifact.", ["signature"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), **common)
+        self.batch_seconds = prometheus.Histogram(
+            "batch_seconds", "Time of one call of the artifact.", ["signature"], **common)
+        self.sentences = prometheus.Counter(
+            "sentences", "Sentences translated (or scored), by signature.", ["signature"],
+            **common)
+        self.queue = prometheus.Gauge(
+            "queued_sentences", "Sentences waiting for a batch.", **common)
+
+    def watch_queue(self, queued):
+        self.queue.set_function(queued)
+
+    def batch(self, signature, size, seconds):
+        self.batch_sizes.labels(signature).observe(size)
+        self.batch_seconds.labels(signature).observe(seconds)
+
+    def answered(self, route, code, seconds):
+        self.requests.labels(route, str(code)).inc()
+        if code >= 400:
+            self.errors.labels(route, str(code)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def text(self):
+        return self._prometheus.generate_latest(self.registry)
+
+
+def make_app(service):
+    """Returns the Starlette application of `service` (`Service`)."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.routing import Route
+
+    from keras_transformer.serving import rest_api
+
+    options = service.options
+    page = importlib.resources.files(__package__).joinpath("page.html").read_text("utf-8")
+
+    def error_response(error):
+        return JSONResponse(error.body(), error.status, headers=error.headers)
+
+    def handler(route, function, *, needs_token=True, reads_body=False):
+        async def endpoint(request):
+            started = time.monotonic()
+            try:
+                if needs_token:
+                    _check_token(request, options.token_env)
+                deadline = started + options.request_timeout_s
+                body = (await _read_body(request, options.max_body_bytes, deadline)
+                        if reads_body else None)
+                try:
+                    response = await asyncio.wait_for(
+                        function(request, body), max(deadline - time.monotonic(), 0))
+                except asyncio.TimeoutError:
+                    raise rest_api.RestError(rest_api.DEADLINE_EXCEEDED, "Deadline exceeded: "
+                                             f"the request took more than "
+                                             f"{options.request_timeout_s:g} s (serve "
+                                             "--request-timeout).") from None
+            except rest_api.RestError as error:
+                response = error_response(error)
+            except Exception as error:  # a failure of ours: answered, logged
+                logger.exception("%s %s failed", request.method, request.url.path)
+                response = JSONResponse({"error": f"Internal error: {error}"}, 500)
+            service.metrics.answered(route, response.status_code, time.monotonic() - started)
+            return response
+        return endpoint
+
+    async def tf_serving(request, body):
+        name, version, label, verb = rest_api.parse_path(request.method, request.url.path)
+        rest_api.check_model(name, version, label, options.model_name)
+        if verb == "status":
+            return JSONResponse(rest_api.status_response())
+        if verb == "metadata":
+            return JSONResponse(rest_api.metadata_response(name, service.signature_defs))
+        if verb != "predict":
+            raise rest_api.RestError(rest_api.INVALID_ARGUMENT, f"The {verb} API is not "
+                                     "served: translators have predict signatures only.")
+        predict = rest_api.parse_predict(body, service.signatures)
+        outputs = await service.run(predict.signature, predict.sentences, predict.second)
+        return _json_response(rest_api.predict_response(outputs, predict.row_format))
+
+    async def translate(request, body):
+        return _json_response(await _translate(service, body))
+
+    async def healthz(request, body):
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request, body):
+        if service.ready:
+            return JSONResponse({"ready": True})
+        return JSONResponse({"ready": False, "error": "the first translation has not run "
+                             "yet"}, 503, headers={"Retry-After": "1"})
+
+    async def metrics(request, body):
+        return Response(service.metrics.text(), media_type="text/plain; version=0.0.4")
+
+    async def index(request, body):
+        return HTMLResponse(page)
+
+    async def not_found(request, body):
+        raise rest_api.RestError(rest_api.NOT_FOUND, f"No route {request.method} "
+                                 f"{request.url.path}: see / for the page, /v1/models/"
+                                 f"{options.model_name}:predict and /translate.")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        warm_up = asyncio.get_running_loop().create_task(service.warm_up())
+        yield
+        warm_up.cancel()
+        service.batcher.close()
+
+    routes = [
+        Route("/", handler("page", index, needs_token=False), methods=["GET"]),
+        Route("/healthz", handler("healthz", healthz, needs_token=False), methods=["GET"]),
+        Route("/readyz", handler("readyz", readyz, needs_token=False), methods=["GET"]),
+        Route("/metrics", handler("metrics", metrics), methods=["GET"]),
+        Route("/translate", handler("translate", translate, reads_body=True),
+              methods=["POST"]),
+        Route("/v1/{path:path}", handler("tf_serving", tf_serving, reads_body=True),
+              methods=["GET", "POST"]),
+        Route("/{path:path}", handler("other", not_found, needs_token=False),
+              methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _exported_n_best(artifact):
+    """The length of the artifact's n-best lists, from its export report or
+    CTranslate2 options; `None` when neither says."""
+    from keras_transformer.serving import artifacts
+
+    if files.is_ctranslate2_dir(artifact):
+        with open(os.path.join(artifact, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
+            return json.load(file).get("n_best")
+    return ((artifacts.export_report(artifact) or {}).get("translator") or {}).get("n_best")
+
+
+def _json_response(content):
+    """A JSON response; NaN and infinities as TF Serving writes them (NaN, Infinity)."""
+    from starlette.responses import Response
+
+    return Response(json.dumps(content, ensure_ascii=False, allow_nan=True),
+                    media_type="application/json")
+
+
+def _check_token(request, token_env):
+    from keras_transformer.serving import rest_api
+
+    token = os.environ.get(token_env)
+    if not token:
+        return
+    given = request.headers.get("authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        raise rest_api.RestError(rest_api.UNAUTHENTICATED, "A bearer token is required: "
+                                 "send 'Authorization: Bearer TOKEN'.",
+                                 {"WWW-Authenticate": "Bearer"})
+
+
+async def _read_body(request, limit, deadline):
+    """The request's body; 413 beyond `limit` bytes (the rest is read and dropped, so
+    that the client, still sending, gets the answer), 408 past `deadline`."""
+    from starlette.requests import ClientDisconnect
+
+    from keras_transformer.serving import rest_api
+
+    length = request.headers.get("content-length")
+    if length is not None and not length.isdigit():
+        raise rest_api.RestError(rest_api.INVALID_ARGUMENT, "Content-Length is not a number.")
+    chunks, size = [], 0
+
+    async def read():
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= limit:
+                chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), max(deadline - time.monotonic(), 0))
+    except asyncio.TimeoutError:
+        raise rest_api.RestError(408, "The request body did not arrive in time.") from None
+    except ClientDisconnect:
+        raise rest_api.RestError(400, "The client disconnected while sending.") from None
+    if size > limit:
+        raise rest_api.RestError(413, f"The request body has {size} bytes, at most {limit} "
+                                 "may be (serve --max-body-bytes): split the request.")
+    return b"".join(chunks)
+
+
+async def _translate(service, body):
+    """The answer of `POST /translate` (see the module docstring)."""
+    from keras_transformer import formats
+    from keras_transformer.serving import rest_api
+
+    request = rest_api.parse_json(body)
+    known = {"sentences", "beam", "n_best", "alignment", "prefixes", "seed"}
+    unknown = sorted(set(request) - known)
+    if unknown:
+        raise _bad(f"Unknown field {unknown[0]!r}: /translate takes {', '.join(sorted(known))}.")
+    sentences = request.get("sentences")
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
+        raise _bad("'sentences' must be a string or a list of strings.")
+    sentences = [rest_api.input_value(s, "DT_STRING", i) for i, s in enumerate(sentences)]
+    beam = _option(request, "beam", bool, False)
+    alignment = _option(request, "alignment", bool, False)
+    n_best = _option(request, "n_best", int, None)
+    seed = _option(request, "seed", int, None)
+    prefixes = _option(request, "prefixes", list, None)
+    if n_best is not None and n_best < 1:
+        raise _bad("'n_best' must be at least 1.")
+    if seed is not None and (n_best or alignment or prefixes or beam):
+        raise _bad("'seed' samples: it excludes 'beam', 'n_best', 'alignment' and "
+                   "'prefixes'.")
+    if prefixes is not None:
+        if len(prefixes) != len(sentences) or not all(isinstance(p, str) for p in prefixes):
+            raise _bad("'prefixes' must be a list of strings, one per sentence.")
+        if alignment:
+            raise _bad("'prefixes' and 'alignment' exclude each other.")
+        prefixes = [rest_api.input_value(p, "DT_STRING", i) for i, p in enumerate(prefixes)]
+    if seed is not None:
+        signature, second = files.SAMPLE_SIGNATURE, [seed] * len(sentences)
+        if not -2**31 <= seed < 2**31:
+            raise _bad("'seed' must be a 32-bit integer.")
+    elif prefixes is not None:
+        signature, second = files.PREFIX_SIGNATURE, prefixes
+    elif alignment:
+        signature, second = files.ALIGN_SIGNATURE, None
+    else:
+        signature = files.BEAM_SIGNATURE if beam or n_best else files.GREEDY_SIGNATURE
+        second = None
+    calls = [service.run(signature, sentences, second)]
+    if n_best:
+        calls.append(service.run(files.N_BEST_SIGNATURE, sentences))
+    results = await asyncio.gather(*calls)
+    outputs = results[0]
+    answers = []
+    for i, source in enumerate(sentences):
+        row = {name: value[i] for name, value in outputs.items()}
+        translation = formats.one_line(row["translations"])
+        answer = {"source": formats.text(source), "translation": translation,
+                  "score": float(row["scores"])}
+        if alignment:
+            aligned = formats.aligned(row)
+            answer.update(alignment=[list(pair) for pair in aligned.alignment],
+                          source_words=formats.text(source).split(),
+                          target_words=translation.split())
+        if n_best:
+            n_best_row = {name: value[i] for name, value in results[1].items()}
+            answer["n_best"] = [hypothesis._asdict() for hypothesis in
+                                formats.hypotheses(n_best_row)[:n_best]]
+        answers.append(answer)
+    return {"translations": answers, "signature": signature}
+
+
+def _option(request, name, kind, default):
+    value = request.get(name, default)
+    if value is default:
+        return value
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _bad(f"{name!r} must be {'a list' if kind is list else kind.__name__}, "
+                   f"got {json.dumps(value)[:50]}.")
+    return value
+
+
+def _bad(message):
+    from keras_transformer.serving import rest_api
+
+    return rest_api.RestError(rest_api.INVALID_ARGUMENT, message)
+
+
+def make_server(service, host="127.0.0.1", port=DEFAULT_PORT, drain_timeout_s=None):
+    """Returns a `uvicorn.Server` of `service` (run it with `.run()`, or
+    `.run(sockets=[...])` on sockets of one's own).
+
+    SIGTERM and SIGINT stop it taking connections and let every request it accepted
+    finish (at most `drain_timeout_s` seconds, `None`: as long as they take), then it
+    exits.
+    """
+    import uvicorn  # here: the serve extra
+
+    config = uvicorn.Config(
+        make_app(service), host=host, port=port, log_level="warning", access_log=False,
+        timeout_graceful_shutdown=drain_timeout_s, lifespan="on",
+        # Idle keep-alive connections close after 5 s, as uvicorn's default.
+        timeout_keep_alive=5)
+    return uvicorn.Server(config)
