@@ -53,10 +53,10 @@ def wait_ready(url, timeout=60):
 class ServeProcess:
     """`keras-transformer serve ARTIFACT --port 0 ARGS...` in a process of its own."""
 
-    def __init__(self, artifact, *args, env=None):
+    def __init__(self, artifact, *args, port=0, env=None):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "keras_transformer", "serve", str(artifact), "--port", "0",
-             *args], stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "keras_transformer", "serve", str(artifact), "--port",
+             str(port), *args], stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})})
         self.lines = []
         for line in self.process.stderr:  # until it says where it listens

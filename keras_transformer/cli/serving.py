@@ -77,6 +77,9 @@ def _serve(args):
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((args.host, args.port))
+        # Listening from here on: a request sent as soon as the line below is printed
+        # waits in the backlog until the server takes it, instead of being refused.
+        listening.listen(2048)
     except OSError as error:
         raise OSError(f"cannot listen on {args.host}:{args.port} ({error.strerror}): "
                       "choose another --port, or stop what uses it.") from None
