@@ -155,8 +155,12 @@ async def load(port, sentences, clients, seconds):
     await asyncio.gather(*(client(i) for i in range(clients)))
     elapsed = time.monotonic() - start
     latencies.sort()
-    quantile = (lambda q: latencies[min(int(q * len(latencies)), len(latencies) - 1)] * 1000
-                if latencies else float("nan"))
+
+    def quantile(q):  # in ms
+        if not latencies:
+            return float("nan")
+        return latencies[min(int(q * len(latencies)), len(latencies) - 1)] * 1000
+
     return {"clients": clients, "seconds": round(elapsed, 1), "answered": len(latencies),
             "sentences_per_s": round(len(latencies) / elapsed, 2),
             "p50_ms": round(quantile(0.5), 1), "p99_ms": round(quantile(0.99), 1),

@@ -4,7 +4,6 @@
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -20,8 +19,7 @@ from keras_transformer.serving import server  # noqa: E402
 @contextlib.contextmanager
 def running(service):
     """Serves `service` (`server.Service`) from a thread; yields its base URL."""
-    listening = socket.socket()
-    listening.bind(("127.0.0.1", 0))
+    listening = server.listen("127.0.0.1", 0)
     uvicorn_server = server.make_server(service)
     thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [listening]},
                               daemon=True)

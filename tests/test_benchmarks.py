@@ -443,3 +443,26 @@ def test_decode_engines_runs_every_batch_on_each_runner_in_turn(order):
         assert seconds > 0
         assert tokens == sum(map(len, sentences))
         assert texts == [sentence[::-1] for sentence in sentences]
+
+
+@pytest.mark.slow
+def test_serve_load_answers_every_request_hostile_one_and_fault(tmp_path, tmp_path_factory,
+                                                               fixture_corpus_dir):
+    from benchmarks import serve_load
+    from tests.export_helpers import tiny_export
+
+    exported = tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+    path = tmp_path / "serve.json"
+    serve_load.main(["--artifact", exported.tflite_quantized, "--source",
+                     str(fixture_corpus_dir / "val.en.gz"), "--sentences", "20",
+                     "--clients", "1", "4", "--seconds", "1", "--hostile", "--faults",
+                     "--json", str(path)])
+    result = json.loads(path.read_text())
+    assert [row["clients"] for row in result["load"]] == [1, 4]
+    assert all(row["answered"] > 0 and row["errors"] == 0 for row in result["load"])
+    assert result["offline"][exported.tflite_quantized] > 0
+    assert all(row["ok"] for row in result["hostile"]), result["hostile"]
+    faults = result["faults"]
+    assert faults["restart_first_status"] == 200
+    assert faults["sigterm_answered"] + faults["sigterm_not_accepted"] == faults[
+        "sigterm_requests"] and faults["sigterm_answered"] > 0

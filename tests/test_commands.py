@@ -31,7 +31,7 @@ def run_command(*arguments, timeout=120, **options):
 
 def test_every_job_has_a_verb():
     assert set(VERBS) == {"train", "average", "export", "check", "translate", "score",
-                          "evaluate", "distill", "fuzz", "recipe"}
+                          "evaluate", "serve", "distill", "fuzz", "recipe"}
 
 
 @pytest.mark.parametrize("verb", [None, *VERBS])

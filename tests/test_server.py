@@ -1,6 +1,7 @@
 """`serve`: TF Serving's REST API against the SavedModel called in-process, /translate,
 batching across requests, limits and hostile requests, on a real HTTP server."""
 
+import asyncio
 import base64
 import concurrent.futures
 import json
@@ -430,3 +431,18 @@ def test_hostile_clients_get_errors_and_the_server_answers_after(exported):
         response = httpx.post(f"{base}/v1/models/translator:predict",
                               json={"instances": ["A dog runs."]}, timeout=60)
         assert response.status_code == 200
+
+
+def test_a_short_load_is_answered_without_errors_in_batches(exported):
+    """The smoke test of the load benchmark (`benchmarks/serve_load.py`): 16 keep-alive
+    clients for 2 s on the int8 .tflite."""
+    from benchmarks import serve_load
+
+    service = server.Service(exported.tflite_quantized)
+    with running(service) as base:
+        port = int(base.rsplit(":", 1)[1])
+        row = asyncio.run(serve_load.load(port, batch_of(40), clients=16, seconds=2))
+        metrics = httpx.get(f"{base}/metrics").text
+    assert row["answered"] > 16 and row["errors"] == 0
+    batches = _metric(metrics, "batch_size_count", signature=files.GREEDY_SIGNATURE)
+    assert _metric(metrics, "batch_size_sum", signature=files.GREEDY_SIGNATURE) / batches > 1

@@ -57,10 +57,12 @@ def _add_serve(parser):
 
 
 def _serve(args):
-    import socket
+    from keras_transformer.serving import server
 
     try:
-        from keras_transformer.serving import server
+        import prometheus_client  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
     except ImportError as error:
         raise ImportError(f"serve needs the serve extra ({error}): pip install -e "
                           "'.[serve]' (or keras-transformer-mt[serve]).") from None
@@ -71,18 +73,7 @@ def _serve(args):
         max_sentences=args.max_sentences, request_timeout_s=args.request_timeout,
         token_env=args.token_env, threads=args.threads)
     service = server.Service(args.artifact, serve_options)
-    # The socket is bound here, so that a port in use is one line, and port 0 is known.
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    listening = socket.socket(family, socket.SOCK_STREAM)
-    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listening.bind((args.host, args.port))
-        # Listening from here on: a request sent as soon as the line below is printed
-        # waits in the backlog until the server takes it, instead of being refused.
-        listening.listen(2048)
-    except OSError as error:
-        raise OSError(f"cannot listen on {args.host}:{args.port} ({error.strerror}): "
-                      "choose another --port, or stop what uses it.") from None
+    listening = server.listen(args.host, args.port)
     port = listening.getsockname()[1]
     url = f"http://{args.host if ':' not in args.host else f'[{args.host}]'}:{port}"
     print(f"Serving {service.artifact} ({', '.join(service.signatures)}) on {url}: the page "

@@ -65,7 +65,6 @@ class Batcher:
         self._arrived = None
         self._worker = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "batcher")
-        self.busy = 0  # requests submitted and not answered
 
     @property
     def queued(self):
@@ -81,25 +80,23 @@ class Batcher:
             Whatever the call raised, for every request of its batch.
         """
         self._start()
+        if not sentences:  # nothing to batch: the artifact's outputs of an empty batch
+            return await self.call(signature, sentences, second)
         if self._queued + len(sentences) > self.max_queued:
             raise QueueFull(f"{self._queued} sentences are waiting, at most "
                             f"{self.max_queued} may (--max-queued-sentences)")
         request = _Request(len(sentences), asyncio.get_running_loop().create_future())
-        if not sentences:
-            return await self.call(signature, sentences, second)
         queue = self._queues.setdefault(signature, collections.deque())
         now = time.monotonic()
         for index, sentence in enumerate(sentences):
             queue.append(_Item(request, index, sentence,
                                None if second is None else second[index], now))
         self._queued += len(sentences)
-        self.busy += 1
         self._arrived.set()
         try:
             return await request.future
         finally:
-            self.busy -= 1
-            request.cancelled = True  # its waiting sentences are skipped
+            request.cancelled = True  # a timed-out request's waiting sentences are skipped
 
     async def call(self, signature, sentences, second=None):
         """Calls the artifact on the batcher's thread, unbatched (warm-up, empty
