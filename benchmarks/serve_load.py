@@ -276,8 +276,10 @@ def faults(artifact, sentences, serve_args):
     port = server.port
 
     async def under_load(action, delay):
+        batches = [[sentences[(i + j) % len(sentences)] for j in range(4)]
+                   for i in range(0, 64, 4)]
         tasks = [asyncio.ensure_future(request(port, "POST", PATH, json.dumps(
-            {"instances": sentences[i:i + 4]}).encode())) for i in range(0, 64, 4)]
+            {"instances": batch}).encode())) for batch in batches]
         await asyncio.sleep(delay)
         action()
         return await asyncio.gather(*tasks, return_exceptions=True)
