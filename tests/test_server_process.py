@@ -3,6 +3,9 @@ restart lose nothing but the requests in flight."""
 
 import concurrent.futures
 import signal
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,8 +34,8 @@ def _queued(url):
 
 
 def test_sigterm_answers_every_accepted_request_then_exits(exported):
-    # Batches wait 3 s for company: the requests are still queued when SIGTERM comes.
-    serve = ServeProcess(exported.tflite, "--batch-timeout-ms", "3000",
+    # Batches wait 8 s for company: the requests are still queued when SIGTERM comes.
+    serve = ServeProcess(exported.tflite, "--batch-timeout-ms", "8000",
                          "--max-batch-size", "64")
     try:
         wait_ready(serve.url)
@@ -81,3 +84,16 @@ def test_after_kill_9_under_load_a_restart_answers_the_first_request(exported):
             restarted.stop()
     finally:
         serve.stop()
+
+
+def test_a_port_in_use_is_one_error_line_naming_it(exported):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "keras_transformer", "serve", exported.tflite, "--port",
+             str(port)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: cannot listen on 127.0.0.1:{port} (Address already in use)")
