@@ -320,10 +320,20 @@ class _Blocked:
         self.calls = []
 
     def __call__(self, signature, sentences, second):
+        if list(sentences) == [server.WARM_UP_SENTENCE]:  # the server's own, not waited on
+            return {"translations": np.array(sentences, dtype=object),
+                    "scores": np.zeros(1, np.float32)}
         self.calls.append(list(sentences))
-        self.release.wait(30)
+        self.release.wait(60)
         return {"translations": np.array(sentences, dtype=object),
                 "scores": np.zeros(len(sentences), np.float32)}
+
+
+def _wait_until(condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the server did not get there in time"
+        time.sleep(0.01)
 
 
 def _blocked_service(exported, **options):
@@ -345,11 +355,9 @@ def test_a_full_queue_answers_503_with_retry_after(exported):
                               json={"instances": sentences}, timeout=60)
 
         first = pool.submit(send, ["a", "b"])  # taken into a batch, blocked there
-        while not blocked.calls:
-            time.sleep(0.01)
+        _wait_until(lambda: blocked.calls == [[b"a", b"b"]])
         second = pool.submit(send, ["c", "d", "e"])  # waits in the queue
-        while service.batcher.queued < 3:
-            time.sleep(0.01)
+        _wait_until(lambda: service.batcher.queued == 3)
         refused = send(["f", "g"])
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         assert "busy" in refused.json()["error"]
