@@ -18,9 +18,15 @@ unless said (scores with 4 decimals):
 - `translate --alignment`: `TRANSLATION ||| PAIRS` (as Marian's `--alignment`), PAIRS
   the Pharaoh pairs `i-j` of source word i and translation word j (whitespace words,
   from 0), sorted, separated by spaces.
+- `translate-corpus --pairs tsv`: `SOURCE<TAB>TRANSLATION<TAB>SCORE`, with backslash,
+  tab and carriage return in the text written `\\`, `\\t`, `\\r` (the source's bytes as
+  they are, invalid UTF-8 included).
+- `translate-corpus --pairs jsonl`: `{"line": I, "source": ..., "translation": ...,
+  "score": ...}`, invalid UTF-8 in the source replaced by U+FFFD.
 """
 
 import functools
+import json
 import typing
 
 import numpy as np
@@ -89,6 +95,16 @@ def scored(row):
 def translation(number, row):
     """The translation alone."""
     return one_line(row["translations"]) + "\n"
+
+
+def output_format(n_best=None, scores=False, alignment=False):
+    """Returns the formatter of `translate`'s output lines: `n_best` hypotheses, the
+    translation with its score or its alignment, or (none given) the translation."""
+    if n_best:
+        return functools.partial(_n_best, n_best)
+    if alignment:
+        return aligned_translation
+    return scored_translation if scores else translation
 
 
 def scored_translation(number, row):
@@ -160,3 +176,23 @@ def parse_pharaoh(line):
 def aligned_translation(number, row):
     """`TRANSLATION ||| PAIRS`."""
     return f"{one_line(row['translations'])} ||| {pharaoh(alignment_pairs(row))}\n"
+
+
+def pair_tsv(number, source, row):
+    """`SOURCE<TAB>TRANSLATION<TAB>SCORE` of sentence `source` (bytes or str)."""
+    source = source if isinstance(source, bytes) else str(source).encode("utf-8")
+    translation = one_line(row["translations"]).encode("utf-8")
+    return (b"\t".join([_tsv_escaped(source), _tsv_escaped(translation),
+                        f"{float(row['scores']):.4f}".encode()]) + b"\n").decode(
+        "utf-8", "surrogateescape")
+
+
+def _tsv_escaped(field):
+    return field.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\r", b"\\r")
+
+
+def pair_jsonl(number, source, row):
+    """A JSON line of sentence `number`, its `source` and its row's translation and score."""
+    return json.dumps({"line": number, "source": text(source),
+                       "translation": one_line(row["translations"]),
+                       "score": round(float(row["scores"]), 4)}, ensure_ascii=False) + "\n"

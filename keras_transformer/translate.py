@@ -143,6 +143,20 @@ def output_windows(runner, sentences, batch_size=32, progress=None, *, batch_tok
         yield results
 
 
+def decoding_runner(translator, *, n_best=None, alignment=False, seed=None):
+    """Returns the runner (list of sentences -> outputs) of `translator`'s signature for
+    the outputs asked for: its n-best lists (`n_best`), its word alignments, its samples
+    (every sentence drawn with `seed`), or (none given) its translations."""
+    if n_best:
+        return translator.signature_runner(files.N_BEST_SIGNATURE)
+    if alignment:
+        return translator.signature_runner(files.ALIGN_SIGNATURE)
+    if seed is not None:
+        runner = translator.signature_runner(files.SAMPLE_SIGNATURE)
+        return lambda sentences: runner(sentences, [seed] * len(sentences))
+    return translator.runner
+
+
 def _strict_pairs(sentences, second):
     """Yields `(sentence, entry of second)`; raises ValueError if one is longer."""
     for number, pair in enumerate(itertools.zip_longest(sentences, second), 1):

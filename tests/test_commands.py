@@ -31,6 +31,7 @@ def run_command(*arguments, timeout=120, **options):
 
 def test_every_job_has_a_verb():
     assert set(VERBS) == {"train", "average", "export", "check", "translate", "score",
+                          "translate-corpus",
                           "evaluate", "serve", "distill", "fuzz", "recipe"}
 
 

@@ -170,6 +170,10 @@ def test_the_cycle_finder_finds_a_planted_circle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+# Modules that need an extra: (the package it installs, the extra's name).
+OPTIONAL_MODULES = {"keras_transformer.translate_corpus": ("apache_beam", "beam")}
+
+
 def test_every_module_imports_in_dependency_order_in_a_fresh_interpreter():
     graph = import_graph()
     order, seen = [], set()
@@ -183,9 +187,16 @@ def test_every_module_imports_in_dependency_order_in_a_fresh_interpreter():
 
     for name in sorted(graph):
         visit(name)
-    code = ("import importlib, sys\n"
+    # A module of an extra that is not installed must say which extra it needs.
+    code = ("import importlib, importlib.util, sys\n"
             f"for name in {order!r}:\n"
-            "    importlib.import_module(name)\n")
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except ImportError as error:\n"
+            f"        extra = {OPTIONAL_MODULES!r}.get(name)\n"
+            "        if not extra or importlib.util.find_spec(extra[0]) is not None:\n"
+            "            raise\n"
+            "        assert f'[{extra[1]}]' in str(error), error\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

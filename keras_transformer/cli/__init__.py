@@ -42,8 +42,8 @@ PROGRAM = "keras-transformer"
 _VERBS = {**training.VERBS, **exporting.VERBS, **translating.VERBS, **serving.VERBS,
           **tools.VERBS}
 _VERBS = {name: _VERBS[name] for name in (
-    "train", "average", "export", "check", "translate", "score", "evaluate", "serve",
-    "distill", "fuzz", "recipe")}
+    "train", "average", "export", "check", "translate", "translate-corpus", "score",
+    "evaluate", "serve", "distill", "fuzz", "recipe")}
 
 
 def main(argv=None):
@@ -57,8 +57,12 @@ def main(argv=None):
         if not argv or argv[0] not in verb_parsers:
             # Exits: with the help, or with the usage error naming the missing or unknown verb.
             parser.parse_args(leading + argv)
-        # Options and positional arguments in any order (overrides between options).
-        args = verb_parsers[argv[0]].parse_intermixed_args(leading + argv[1:])
+        verb_parser = verb_parsers[argv[0]]
+        if verb_parser.get_default("pass_through") is None:
+            # Options and positional arguments in any order (overrides between options).
+            args = verb_parser.parse_intermixed_args(leading + argv[1:])
+        else:  # what the verb does not know goes on (Beam's options), as Beam's examples
+            args, args.pass_through = verb_parser.parse_known_args(leading + argv[1:])
     except SystemExit as exit:  # --help (0) or a usage error (2), already printed
         return exit.code
     quiet = contextlib.nullcontext() if args.verbose else console.native_stderr_filtered()

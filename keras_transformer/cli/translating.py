@@ -43,6 +43,13 @@ def _add_translate(parser):
     parser.add_argument("--prefix-file", metavar="FILE",
                         help="target prefixes, one a line for each input line (empty: "
                              "none): beam search's translations start with them")
+    _add_sampling_options(parser)
+    options.add_threads_option(parser)
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (shown when reading a file)")
+
+
+def _add_sampling_options(parser):
     sampling = parser.add_argument_group(
         "sampling", "draw each token instead of searching (back-translation); a "
                     "sentence's sample depends on the seed and its text only")
@@ -53,9 +60,6 @@ def _add_translate(parser):
                           help="sampling temperature (default: the artifact's)")
     sampling.add_argument("--seed", type=int, metavar="S",
                           help="seed of every line's draws (default: 0)")
-    options.add_threads_option(parser)
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar (shown when reading a file)")
 
 
 def _translate(args):
@@ -82,24 +86,19 @@ def _translate(args):
     translator = _load_translator(args, beam=args.beam or bool(searching),
                                   sampling_top_k=args.sampling_topk,
                                   sampling_temperature=args.temperature)
-    runner, format_output, second, opened = translator.runner, None, None, []
-    if args.scores:
-        format_output = formats.scored_translation
     if args.n_best:
-        runner = translator.signature_runner(files.N_BEST_SIGNATURE)
         _check_n_best(args.n_best, translator)
-        format_output = formats.n_best(args.n_best)
-    elif args.alignment:
-        runner = translator.signature_runner(files.ALIGN_SIGNATURE)
-        format_output = formats.aligned_translation
-    elif args.prefix_file:
+    runner = translate.decoding_runner(translator, n_best=args.n_best,
+                                       alignment=args.alignment,
+                                       seed=(args.seed or 0) if sampling else None)
+    format_output = formats.output_format(n_best=args.n_best, scores=args.scores,
+                                          alignment=args.alignment)
+    second, opened = None, []
+    if args.prefix_file:
         runner = translator.signature_runner(files.PREFIX_SIGNATURE)
         opened.append(open(args.prefix_file, "rb"))
         second = translate.warn_if_not_utf8(translate.iter_sentences(opened[-1]),
                                             args.prefix_file)
-    elif sampling:
-        runner = _seeded(translator.signature_runner(files.SAMPLE_SIGNATURE),
-                         args.seed or 0)
     source = open(args.input, "rb") if args.input else sys.stdin.buffer
     name = args.input or "standard input"
     _stream(runner, translate.warn_if_not_utf8(translate.iter_sentences(source), name),
@@ -108,9 +107,106 @@ def _translate(args):
             **translator.batching)
 
 
-def _seeded(runner, seed):
-    """`runner` of the `sample` signature called with `seed` for every sentence."""
-    return lambda sentences: runner(sentences, [seed] * len(sentences))
+def _add_translate_corpus(parser):
+    parser.description += (
+        ": on Apache Beam's RunInference (the beam extra), in-process by default or on "
+        "any Beam runner; Beam's options (--runner, --direct_num_workers, Dataflow's, "
+        "Flink's, Spark's) pass through. Killed or failed, the same command again "
+        "finishes the work.")
+    parser.add_argument("artifact", metavar="ARTIFACT",
+                        help="run directory, SavedModel directory, .tflite file or "
+                             "CTranslate2 directory")
+    parser.add_argument("-i", "--input", required=True, action="append", metavar="GLOB",
+                        help="input files, one sentence a line, joined in sorted name "
+                             "order (repeatable; any file system Beam reads)")
+    parser.add_argument("-o", "--output", required=True, metavar="PATH",
+                        help="one file: line i holds line i's output (with --pairs, "
+                             "its source too); its parts are kept in PATH.parts until "
+                             "the end")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--ordered", action="store_true",
+                      help="write what translate writes, line i for line i (default)")
+    mode.add_argument("--pairs", choices=("tsv", "jsonl"),
+                      help="write source, translation and score: SOURCE<TAB>TRANSLATION"
+                           "<TAB>SCORE (tab and backslash escaped) or JSON lines")
+    parser.add_argument("--batch-size", type=options.positive_int, default=32, metavar="N",
+                        help="most sentences per call (default: 32); chunks hold 64 "
+                             "batches")
+    parser.add_argument("--batch-tokens", type=options.positive_int, metavar="N",
+                        help="also at most N source tokens per call, padding included")
+    options.add_decoder_options(parser)
+    written = parser.add_mutually_exclusive_group()
+    written.add_argument("--n-best", type=options.positive_int, metavar="N",
+                         help="the N best hypotheses, in Moses's n-best format (as "
+                              "translate --n-best)")
+    written.add_argument("--scores", action="store_true",
+                         help="write 'SCORE<TAB>TRANSLATION' (as translate --scores)")
+    _add_sampling_options(parser)
+    parser.add_argument("--threads", type=options.positive_int, metavar="N",
+                        help="threads of each worker's runtime (default: the runtime's "
+                             "with one worker, else the cores over the workers)")
+    beam = parser.add_argument_group("Apache Beam (other options of Beam pass through)")
+    beam.add_argument("--runner", metavar="NAME",
+                      help="Beam's runner (default: FnApiRunner, in this process)")
+    beam.add_argument("--direct_num_workers", type=options.positive_int, metavar="N",
+                      help="workers of the in-process runner (default: 1)")
+    beam.add_argument("--direct_running_mode",
+                      choices=("in_memory", "multi_threading", "multi_processing"),
+                      help="how they run (default: in_memory, multi_processing for "
+                           "several workers)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    # main() hands what this parser does not know to Beam.
+    parser.set_defaults(pass_through=[])
+
+
+def _translate_corpus(args):
+    sampling = [args.sampling_topk, args.temperature, args.seed] != [None] * 3
+    if args.n_best and args.greedy:
+        raise options.UsageError("--n-best comes from beam search: drop --greedy.")
+    if sampling and (args.n_best or args.beam or args.beam_size or args.length_penalty):
+        raise options.UsageError("Sampling (--sampling-topk, --temperature, --seed) draws "
+                                 "tokens instead of searching: drop the beam-search "
+                                 "options, or the sampling ones.")
+    if args.pairs and (args.n_best or args.scores):
+        raise options.UsageError("--pairs writes one translation and its score a line: "
+                                 "drop --n-best and --scores.")
+    try:
+        from keras_transformer import translate_corpus
+    except ImportError as error:
+        raise options.UsageError(str(error)) from None
+    beam_args = list(args.pass_through)
+    for name in ("runner", "direct_num_workers", "direct_running_mode"):
+        if getattr(args, name) is not None:
+            beam_args += [f"--{name}", str(getattr(args, name))]
+    workers = translate_corpus.workers_of(beam_args)
+    threads = args.threads or (max(1, (os.cpu_count() or 1) // workers)
+                               if workers > 1 else None)
+    if args.n_best:
+        _check_n_best_of_artifact(args.n_best, args.artifact)
+    if not args.artifact.endswith(".tflite"):
+        console.load_tensorflow(args.verbose)
+    result = translate_corpus.translate_corpus(
+        args.artifact, args.input, args.output, pairs=args.pairs, n_best=args.n_best,
+        scores=args.scores, seed=(args.seed or 0) if sampling else None,
+        beam_args=beam_args, verbose=args.verbose,
+        progress=not args.no_progress,
+        beam=args.beam or bool(args.n_best), beam_size=args.beam_size,
+        length_penalty=args.length_penalty, greedy=args.greedy,
+        batch_size=args.batch_size, batch_tokens=args.batch_tokens, threads=threads,
+        sampling_top_k=args.sampling_topk, sampling_temperature=args.temperature)
+    print(result.summary(), file=sys.stderr)
+
+
+def _check_n_best_of_artifact(count, artifact):
+    """Refuses more hypotheses than an exported artifact's n-best lists hold."""
+    from keras_transformer.serving import artifacts
+    if files.is_run_dir(artifact):
+        return  # its own model answers any
+    held = (artifacts.export_report(artifact) or {}).get("translator", {}).get("n_best")
+    if held is not None and count > held:
+        raise options.UsageError(
+            f"--n-best {count}: the n-best lists of {artifact} hold {held} hypotheses: "
+            f"ask for at most {held}, or export again with --n-best {count}.")
 
 
 def _check_same_lengths(*flags_and_paths):
@@ -278,6 +374,8 @@ def _count_lines(path):
 
 VERBS = {
     "translate": (_add_translate, _translate, "translate sentences, one a line"),
+    "translate-corpus": (_add_translate_corpus, _translate_corpus,
+                         "translate files on Apache Beam, order kept, resumable"),
     "score": (_add_score, _score, "score given translations: the log-probability of "
                                   "each, per token with --tokens"),
     "evaluate": (_add_evaluate, _evaluate,

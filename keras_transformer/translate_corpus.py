@@ -1,0 +1,571 @@
+"""Translate a corpus on Apache Beam: `keras-transformer translate-corpus`, and
+`TranslateLines` for pipelines of one's own. Needs the `beam` extra.
+
+    keras-transformer translate-corpus RUN_DIR --input 'corpus/*.en' --output corpus.de
+    keras-transformer translate-corpus model.tflite --input mono.de --output pairs.tsv \\
+        --pairs tsv --direct_num_workers 2
+
+Any artifact `load_translator` opens is translated by Beam's RunInference with
+`TranslatorHandler`, on Beam's in-process runner by default (FnApiRunner: it never
+reaches for the network) or on any runner Beam's options name (Dataflow, Flink, Spark).
+
+Order and completeness by construction (Beam itself keeps no order):
+- The driver numbers the lines: it reads the inputs once, in sorted name order, counting
+  each file's lines and noting every `STRIDE`-th line's byte offset; the first line that
+  is not UTF-8 gets `translate`'s warning.
+- The numbered lines are cut into `translate`'s windows (batch size × `WINDOW_BATCHES`
+  lines of the joined files), one chunk each; the handler batches a chunk by length
+  exactly as `translate` batches that window, so the output is `translate`'s, byte for
+  byte.
+- Each chunk's text is written to `OUTPUT.parts/chunk-N` through a temporary name: a
+  retried bundle rewrites the same file, never a second copy. The last step joins the
+  chunks in order into OUTPUT (through a temporary name too) and removes the parts.
+- Run again with the same arguments after a failure or a kill, it keeps the chunks
+  already written (`OUTPUT.parts/plan.json` says what they are of) and does the rest.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+
+from keras_transformer import files, formats, translate
+
+
+class _ApitoolsNoise(logging.Filter):
+    """Beam warns at import that Google Cloud's client libraries are missing, which
+    only its Google Cloud connectors need."""
+
+    def filter(self, record):
+        return "apitools not found" not in record.getMessage()
+
+
+_noise = _ApitoolsNoise()
+logging.getLogger().addFilter(_noise)
+try:
+    import apache_beam as beam
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.metrics import Metrics
+    from apache_beam.ml.inference import base as inference
+    from apache_beam.options import pipeline_options
+except ImportError as error:
+    raise ImportError("Translating a corpus runs on Apache Beam: pip install "
+                      "'keras-transformer-mt[beam]'.") from error
+finally:
+    logging.getLogger().removeFilter(_noise)
+
+logger = logging.getLogger(__name__)
+
+# Every STRIDE-th line's byte offset is noted: a chunk seeks to the nearest one before
+# its first line and skips fewer than STRIDE lines.
+STRIDE = 1024
+PARTS_SUFFIX = ".parts"
+# Numbering shows a progress bar only for inputs it takes seconds to read.
+NUMBERING_BAR_BYTES = 256 << 20
+PLAN_FILE = "plan.json"
+COUNTERS = "keras_transformer"
+# Beam's runner and options unless given: in-process, and workers that log warnings only.
+DEFAULT_PIPELINE_ARGS = {"--runner": "FnApiRunner",
+                         "--default_sdk_harness_log_level": "WARNING"}
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFile:
+    """An input file, numbered: its `lines` and the byte `offsets` of lines 0,
+    `STRIDE`, 2 × `STRIDE`, ... (of its decompressed bytes)."""
+
+    path: str
+    size: int
+    lines: int
+    offsets: tuple
+    not_utf8: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """A window of lines: `number` (from 0), the number of its `first_line` in the joined
+    input, and `pieces`, one `(path, offset, skip, count)` per file it takes lines from:
+    seek to `offset`, skip `skip` lines, read `count`."""
+
+    number: int
+    first_line: int
+    pieces: tuple
+
+    @property
+    def lines(self):
+        return sum(piece[3] for piece in self.pieces)
+
+
+def match_inputs(patterns):
+    """Returns the paths the glob `patterns` match (any file system Beam knows), sorted
+    by name, each once.
+
+    Raises:
+        FileNotFoundError: a pattern matches no file, naming it.
+    """
+    paths = set()
+    for pattern in patterns:
+        found = [metadata.path for metadata in
+                 FileSystems.match([pattern])[0].metadata_list]
+        if not found:
+            raise FileNotFoundError(f"--input {pattern}: no file matches it.")
+        paths.update(found)
+    return sorted(paths)
+
+
+def number_lines(path, progress=None):
+    """Returns the `InputFile` of `path`; warns, as `translate` does, at its first line
+    that is not UTF-8. `progress(bytes)` is told the bytes read."""
+    offsets, offset, count, not_utf8 = [], 0, 0, 0
+    with FileSystems.open(path) as file:
+        for line in iter(file.readline, b""):
+            if count % STRIDE == 0:
+                offsets.append(offset)
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                if not not_utf8:  # translate's warning
+                    logger.warning(
+                        "%s: line %d is not UTF-8 (bytes %r): its accented characters "
+                        "will be garbled. Re-encode the file as UTF-8 (e.g. `iconv -f "
+                        "latin1 -t utf-8`).", path, count + 1,
+                        line[error.start:error.end])
+                not_utf8 += 1
+            offset += len(line)
+            count += 1
+            if progress and count % 65536 == 0:
+                progress(offset)
+    if progress:
+        progress(offset)
+    size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    return InputFile(path, size, count, tuple(offsets), not_utf8)
+
+
+def plan_chunks(inputs, window):
+    """Returns the `Chunk`s of `window` lines (the last one shorter) that cover the
+    `InputFile`s `inputs`, joined in their order."""
+    chunks, pieces, first, taken = [], [], 0, 0
+    for numbered in inputs:
+        line = 0
+        while line < numbered.lines:
+            count = min(window - taken, numbered.lines - line)
+            pieces.append((numbered.path, numbered.offsets[line // STRIDE],
+                           line % STRIDE, count))
+            line += count
+            taken += count
+            if taken == window:
+                chunks.append(Chunk(len(chunks), first, tuple(pieces)))
+                pieces, first, taken = [], first + window, 0
+    if pieces:
+        chunks.append(Chunk(len(chunks), first, tuple(pieces)))
+    return chunks
+
+
+def read_chunk(chunk):
+    """Returns the lines (bytes, without line ends) of `chunk`."""
+    lines = []
+    for path, offset, skip, count in chunk.pieces:
+        with FileSystems.open(path) as file:
+            file.seek(offset)
+            for _ in range(skip):
+                file.readline()
+            lines.extend(file.readline() for _ in range(count))
+    return list(translate.iter_sentences(lines))
+
+
+class TranslatorHandler(inference.ModelHandler):
+    """Beam's `ModelHandler` of any artifact `load_translator` opens: each example is a
+    chunk (a list of sentences, str or bytes), batched by length as `translate` batches
+    a window; its inference is one row of outputs per sentence (`translate.output_windows`).
+
+    Beam's own TensorFlow handlers cannot serve here: they open models with Keras's
+    `load_model`, which in Keras 3 refuses SavedModel folders, and know no `.tflite`
+    or CTranslate2 artifact.
+
+    Args:
+        artifact: str. Run directory, SavedModel, `.tflite` file or CTranslate2 folder.
+        n_best: int or `None`. The n-best signature's outputs instead of translations.
+        seed: int or `None`. The sample signature's, every sentence drawn with `seed`.
+        **load_options: of `load_translator` (beam, beam_size, batch_size, threads, ...).
+    """
+
+    def __init__(self, artifact, *, n_best=None, seed=None, **load_options):
+        super().__init__()
+        self.artifact = os.fspath(artifact)
+        self.n_best = n_best
+        self.seed = seed
+        self.load_options = load_options
+        self._failed = Metrics.counter(COUNTERS, "lines_failed")
+
+    def load_model(self):
+        # In each worker process; the runners register tf-text's ops as they load.
+        translator = translate.load_translator(self.artifact, export_if_missing=False,
+                                               **self.load_options)
+        return _Model(translate.decoding_runner(translator, n_best=self.n_best,
+                                                seed=self.seed), translator.batching)
+
+    def run_inference(self, batch, model, inference_args=None):
+        results = []
+        for sentences in batch:
+            try:
+                rows = [row for window in translate.output_windows(
+                            model.runner, sentences, **model.batching) for row in window]
+            except Exception:
+                self._failed.inc(len(sentences))
+                raise
+            results.append(inference.PredictionResult(sentences, rows))
+        return results
+
+    def batch_elements_kwargs(self):
+        # An example is already a window of sentences.
+        return {"min_batch_size": 1, "max_batch_size": 1}
+
+
+class _Model:
+    """A loaded runner and its batching options (Beam keeps a weak reference to it)."""
+
+    def __init__(self, runner, batching):
+        self.runner = runner
+        self.batching = batching
+
+
+class TranslateLines(beam.PTransform):
+    """`(key, sentence)` in, `(key, output)` out, for pipelines of one's own.
+
+    Sentences (str or bytes) are gathered per bundle into windows of `batch_size` ×
+    `WINDOW_BATCHES` and batched by length inside them. The output is the translation
+    (str); with `scores`, `(translation, log-probability)`; with `n_best`, the list of
+    `formats.Hypothesis`, best first.
+
+        with beam.Pipeline() as pipeline:
+            (pipeline | beam.Create([(0, "A dog runs."), (1, "Two men.")])
+                      | kt.TranslateLines("runs/multi30k", beam=True)
+                      | beam.Map(print))
+
+    Args:
+        artifact, n_best, seed, **load_options: as `TranslatorHandler`'s.
+        scores: bool. Give each translation's log-probability too.
+    """
+
+    def __init__(self, artifact, *, n_best=None, scores=False, seed=None,
+                 **load_options):
+        super().__init__()
+        self.handler = TranslatorHandler(artifact, n_best=n_best, seed=seed,
+                                         **load_options)
+        self.window = load_options.get("batch_size", 32) * translate.WINDOW_BATCHES
+        self.n_best = n_best
+        self.scores = scores
+
+    def expand(self, keyed_sentences):
+        return (keyed_sentences
+                | "Window" >> beam.BatchElements(min_batch_size=self.window,
+                                                 max_batch_size=self.window)
+                | "Keys" >> beam.Map(lambda pairs: (tuple(key for key, _ in pairs),
+                                                    [sentence for _, sentence in pairs]))
+                | "Translate" >> inference.RunInference(
+                    inference.KeyedModelHandler(self.handler))
+                | "Unwindow" >> beam.FlatMap(self._outputs))
+
+    def _outputs(self, keyed_result):
+        keys, result = keyed_result
+        for key, row in zip(keys, result.inference):
+            if self.n_best:
+                yield key, formats.hypotheses(row)[:self.n_best]
+            elif self.scores:
+                yield key, (formats.one_line(row["translations"]), float(row["scores"]))
+            else:
+                yield key, formats.one_line(row["translations"])
+
+
+@dataclasses.dataclass
+class CorpusResult:
+    """What `translate_corpus` did: lines of the joined input, and Beam's counters
+    (`lines_read`, `lines_translated`, `lines_written`, `lines_failed`) of this run;
+    `lines_kept` were written by an earlier run of the same plan."""
+
+    output: str
+    lines: int
+    chunks: int
+    lines_kept: int
+    not_utf8: int
+    counters: dict
+
+    def summary(self):
+        counted = ", ".join(f"{name.removeprefix('lines_').replace('_', ' ')} "
+                            f"{self.counters.get(name, 0):,}"
+                            for name in ("lines_read", "lines_translated",
+                                         "lines_written", "lines_failed"))
+        kept = f", {self.lines_kept:,} kept from the last run" if self.lines_kept else ""
+        utf8 = f"; {self.not_utf8:,} not UTF-8" if self.not_utf8 else ""
+        return f"{self.output}: {self.lines:,} lines ({counted}{kept}){utf8}."
+
+
+def pipeline_args(args, verbose=False):
+    """Returns Beam's options `args` (list of str) with `DEFAULT_PIPELINE_ARGS` where not
+    given, and with several direct workers, processes (`multi_processing`) unless a
+    running mode is given."""
+    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+    defaults = dict(DEFAULT_PIPELINE_ARGS)
+    if verbose:
+        defaults.pop("--default_sdk_harness_log_level")
+    if workers_of(args) > 1:
+        defaults["--direct_running_mode"] = "multi_processing"
+    return [*args, *(item for name, value in defaults.items() if name not in given
+                     for item in (name, value))]
+
+
+def workers_of(args):
+    """The direct runner's workers that Beam's options `args` ask for (1 by default)."""
+    options = pipeline_options.PipelineOptions(list(args))
+    return options.view_as(pipeline_options.DirectOptions).direct_num_workers or 1
+
+
+def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, scores=False,
+                     seed=None, beam_args=(), verbose=False, progress=False, handler=None,
+                     **load_options):
+    """Translates the lines of the files `patterns` match into `output` on Beam.
+
+    Args:
+        artifact: str. What `load_translator` opens (a run directory is exported first
+            if it has no export).
+        patterns: list of str. Globs of the input files (joined in sorted name order).
+        output: str. The output file (any file system Beam knows; `.gz`: gzipped).
+        pairs: `None` (line i of `output` is line i's output, as `translate` writes it),
+            "tsv" or "jsonl" (`formats.pair_tsv`, `formats.pair_jsonl`).
+        n_best, scores, seed: the outputs (`translate --n-best`, `--scores`, sampling
+            with `--seed`).
+        beam_args: list of str. Beam's pipeline options (`pipeline_args` adds defaults).
+        verbose: bool. Beam's workers log at INFO, not only their warnings.
+        progress: bool. Progress bars on stderr (numbering, then translating).
+        handler: a `ModelHandler` of chunks to use instead of `TranslatorHandler`
+            (tests).
+        **load_options: of `load_translator`.
+
+    Returns:
+        The `CorpusResult`.
+
+    Raises:
+        ValueError: `output` holds the parts of a run with other arguments.
+        FileNotFoundError: a pattern matches nothing.
+    """
+    paths = match_inputs(patterns)
+    output = os.fspath(output)
+    if output in paths:
+        raise ValueError(f"--output {output} is one of the inputs: write elsewhere.")
+    if files.is_run_dir(artifact):  # exported once here, not in every worker
+        from keras_transformer.serving import artifacts
+        artifacts.resolve_artifact(artifact, export_if_missing=True)
+    inputs = _number_inputs(paths, progress)
+    window = load_options.get("batch_size", 32) * translate.WINDOW_BATCHES
+    chunks = plan_chunks(inputs, window)
+    plan = {"artifact": os.path.abspath(artifact) if os.path.exists(artifact) else artifact,
+            "inputs": [[numbered.path, numbered.size, numbered.lines] for numbered in inputs],
+            "window": window, "pairs": pairs, "n_best": n_best, "scores": scores,
+            "seed": seed, "load_options": load_options}
+    parts = output + PARTS_SUFFIX
+    done = _start_parts(parts, plan)
+    todo = [chunk for chunk in chunks if chunk.number not in done]
+    kept = sum(chunk.lines for chunk in chunks if chunk.number in done)
+    handler = handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
+                                           **load_options)
+    writer = _ChunkWriter(parts, pairs=pairs, n_best=n_best, scores=scores)
+    options = pipeline_options.PipelineOptions(pipeline_args(list(beam_args), verbose))
+    logger.info("Translating %d lines of %d files in %d chunks (%d to do) with %s.",
+                sum(numbered.lines for numbered in inputs), len(inputs), len(chunks),
+                len(todo), artifact)
+    beam_logger = logging.getLogger("apache_beam")
+    level = beam_logger.level
+    if not verbose:  # its notices, and workers' tracebacks: the error below says it
+        beam_logger.setLevel(logging.CRITICAL)
+    pipeline = beam.Pipeline(options=options)
+    written = (pipeline
+               | "Chunks" >> beam.Create(todo)
+               | "Spread" >> beam.Reshuffle()
+               | "Read" >> beam.Map(_read_keyed)
+               | "Translate" >> inference.RunInference(inference.KeyedModelHandler(handler))
+               | "Write" >> beam.Map(writer.write))
+    _ = (written
+         | "Count" >> beam.combiners.Count.Globally()
+         | "Join" >> beam.Map(_join_chunks, parts, len(chunks), output))
+    watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    except Exception as error:
+        if verbose:
+            raise
+        written = len(_written_chunks(parts))
+        raise CorpusTranslationError(
+            f"translating {output} stopped ({type(error).__name__}: "
+            f"{_last_line(error)}); {written} of {len(chunks)} chunks are kept in "
+            f"{parts}: run the same command again to finish the rest.") from error
+    finally:
+        beam_logger.setLevel(level)
+        if watcher:
+            watcher.stop()
+    if watcher:
+        watcher.finish()
+    counters = {counter.key.metric.name: counter.committed
+                for counter in result.metrics().query(
+                    beam.metrics.MetricsFilter().with_namespace(COUNTERS))["counters"]}
+    return CorpusResult(output, sum(numbered.lines for numbered in inputs), len(chunks),
+                        kept, sum(numbered.not_utf8 for numbered in inputs), counters)
+
+
+class CorpusTranslationError(RuntimeError):
+    """The pipeline failed; the chunks it finished are kept for the next run."""
+
+
+def _last_line(error):
+    """The last line of `error`'s message: Beam wraps a worker's error in its traceback."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else repr(error)
+
+
+def _written_chunks(parts):
+    """The numbers of the chunk files in the `parts` folder."""
+    try:
+        found = FileSystems.match([FileSystems.join(parts, "chunk-*")])[0].metadata_list
+    except Exception:  # no folder: nothing written, or joined and removed
+        return set()
+    return {number for number in map(_chunk_number, (m.path for m in found))
+            if number is not None}
+
+
+def _number_inputs(paths, progress):
+    sizes = {metadata.path: metadata.size_in_bytes
+             for metadata in FileSystems.match(paths)[0].metadata_list} if paths else {}
+    update = None
+    if progress and sum(sizes.values()) > NUMBERING_BAR_BYTES:
+        update = translate.progress_bar(sum(sizes.values()) or None, unit="byte")
+    numbered, before = [], 0
+    for path in paths:
+        result = number_lines(path, update and (lambda read, b=before: update(b + read)))
+        before += result.size
+        numbered.append(result)
+    return numbered
+
+
+def _start_parts(parts, plan):
+    """Makes the parts folder (or checks the plan of one there); returns the numbers
+    of the chunks written already."""
+    plan_path = FileSystems.join(parts, PLAN_FILE)
+    text = json.dumps(plan, indent=1, sort_keys=True)
+    if FileSystems.exists(plan_path):
+        with FileSystems.open(plan_path, compression_type=CompressionTypes.UNCOMPRESSED) \
+                as file:
+            held = json.loads(file.read())
+        if held != json.loads(text):
+            differing = sorted(name for name in set(held) | set(plan)
+                               if held.get(name) != json.loads(text).get(name))
+            raise ValueError(
+                f"{parts} holds chunks of a run with other {', '.join(differing)}: run "
+                "again with that run's arguments to finish it, or delete the folder to "
+                "start over.")
+        return _written_chunks(parts)
+    if not FileSystems.exists(parts):
+        FileSystems.mkdirs(parts)
+    _write_atomically(plan_path, text.encode("utf-8"))
+    return set()
+
+
+def _chunk_path(parts, number):
+    return FileSystems.join(parts, f"chunk-{number:08d}")
+
+
+def _chunk_number(path):
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    digits = name.removeprefix("chunk-")
+    return int(digits) if name.startswith("chunk-") and digits.isdigit() else None
+
+
+def _write_atomically(path, data):
+    """Writes `data` to `path` through a temporary name beside it."""
+    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+    with FileSystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) \
+            as file:
+        file.write(data)
+    FileSystems.rename([temporary], [path])
+
+
+def _read_keyed(chunk):
+    sentences = read_chunk(chunk)
+    Metrics.counter(COUNTERS, "lines_read").inc(len(sentences))
+    return (chunk.number, chunk.first_line), sentences
+
+
+class _ChunkWriter:
+    """Writes a translated chunk's text to its part file (picklable: a Beam step)."""
+
+    def __init__(self, parts, *, pairs, n_best, scores):
+        self.parts = parts
+        self.pairs = pairs
+        self.n_best = n_best
+        self.scores = scores
+
+    def write(self, keyed_result):
+        (number, first_line), result = keyed_result
+        rows = result.inference
+        Metrics.counter(COUNTERS, "lines_translated").inc(len(rows))
+        if self.pairs:
+            pair = formats.pair_jsonl if self.pairs == "jsonl" else formats.pair_tsv
+            text = "".join(pair(first_line + index, source, row)
+                           for index, (source, row) in enumerate(zip(result.example, rows)))
+        else:
+            line = formats.output_format(n_best=self.n_best, scores=self.scores)
+            text = "".join(line(first_line + index, row) for index, row in enumerate(rows))
+        # surrogateescape: the bytes of a TSV's invalid UTF-8 sources, as read.
+        _write_atomically(_chunk_path(self.parts, number),
+                          text.encode("utf-8", "surrogateescape"))
+        Metrics.counter(COUNTERS, "lines_written").inc(len(rows))
+        return number
+
+
+def _join_chunks(_, parts, count, output):
+    """Joins the `count` chunk files of `parts` in order into `output`, through a
+    temporary name; then removes `parts`."""
+    temporary = f"{output}.tmp-{uuid.uuid4().hex}"
+    compression = CompressionTypes.detect_compression_type(output)
+    with FileSystems.create(temporary, compression_type=compression) as joined:
+        for number in range(count):
+            with FileSystems.open(_chunk_path(parts, number),
+                                  compression_type=CompressionTypes.UNCOMPRESSED) as part:
+                shutil.copyfileobj(part, joined, 1 << 20)
+    FileSystems.rename([temporary], [output])
+    FileSystems.delete([parts])
+
+
+class _ProgressWatcher:
+    """A progress bar of the lines in chunk files, updated from a thread every second
+    (the driver sees the workers' files, not their counters, while they run)."""
+
+    def __init__(self, parts, chunks, kept):
+        self._lines = {chunk.number: chunk.lines for chunk in chunks}
+        self._parts = parts
+        self._update = translate.progress_bar(sum(self._lines.values()) or None)
+        self._shown = kept
+        self._update(kept)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stopped.wait(1.0):
+            self._shown = max(self._shown, self._done())
+            self._update(self._shown)
+
+    def _done(self):
+        return sum(self._lines.get(number, 0) for number in _written_chunks(self._parts))
+
+    def stop(self):
+        self._stopped.set()
+        self._thread.join()
+
+    def finish(self):
+        total = sum(self._lines.values())
+        if self._shown < total:  # the bar closed itself at the total
+            self._update(total)

@@ -1,0 +1,296 @@
+"""translate-corpus on Apache Beam: order across files and chunks, empty input and lines,
+rewritten chunks, counters, pairs, resumption after a failure or a kill; the tiny
+exported translator through the command with two worker processes (the beam extra)."""
+
+import gzip
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("apache_beam", reason="translate-corpus needs the beam extra: "
+                                          "pip install -e '.[beam]'")
+
+import apache_beam as beam  # noqa: E402
+from apache_beam.testing.test_pipeline import TestPipeline  # noqa: E402
+from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
+
+from keras_transformer import translate, translate_corpus  # noqa: E402
+
+pytestmark = pytest.mark.beam
+
+BATCH_SIZE = 2  # chunks of 2 × 64 = 128 lines
+WINDOW = BATCH_SIZE * translate.WINDOW_BATCHES
+
+
+def batch_dependent_runner(sentences):
+    """A translator whose output shows the batch it ran in: equal outputs mean equal
+    batches (what makes translate-corpus byte-identical to translate)."""
+    return {"translations": [sentence[::-1] + b"|%d" % len(sentences)
+                             for sentence in sentences],
+            "scores": [-float(len(sentence)) for sentence in sentences]}
+
+
+class FakeHandler(translate_corpus.TranslatorHandler):
+    """`TranslatorHandler` over `batch_dependent_runner`; fails once at the chunk that
+    holds line `fail_at` while `flag` (a file) exists, removing it."""
+
+    def __init__(self, fail_at=None, flag=None):
+        super().__init__("fake", batch_size=BATCH_SIZE)
+        self.fail_at, self.flag = fail_at, flag
+
+    def load_model(self):
+        return translate_corpus._Model(batch_dependent_runner, dict(
+            batch_size=BATCH_SIZE, batch_tokens=None, count_tokens=None))
+
+    def run_inference(self, batch, model, inference_args=None):
+        def failing(sentences):
+            if self.flag and os.path.exists(self.flag) and any(
+                    b"line %d " % self.fail_at in sentence for sentence in sentences):
+                os.remove(self.flag)
+                raise RuntimeError("planted failure")
+            return batch_dependent_runner(sentences)
+        return super().run_inference(batch, translate_corpus._Model(
+            failing, model.batching), inference_args)
+
+
+def write_inputs(directory, sizes, *, trailing_newline=True):
+    """Files `part-0.txt`... of `sizes` lines (every 7th empty, some with tabs and
+    backslashes); returns their joined bytes as translate reads them."""
+    joined, number = [], 0
+    for index, size in enumerate(sizes):
+        lines = []
+        for _ in range(size):
+            lines.append(b"" if number % 7 == 3 else
+                         b"line %d \t back\\slash %s" % (number, b"x" * (number % 13)))
+            number += 1
+        data = b"\n".join(lines) + (b"\n" if lines and trailing_newline else b"")
+        (directory / f"part-{index}.txt").write_bytes(data)
+        joined.extend(lines)
+    return joined
+
+
+def expected_output(lines, format_output=None):
+    output = io.BytesIO()
+    translate.translate_file(batch_dependent_runner, iter(lines), output,
+                             batch_size=BATCH_SIZE, format_output=format_output)
+    return output.getvalue()
+
+
+def run(directory, output, handler=None, **options):
+    return translate_corpus.translate_corpus(
+        "fake", [str(directory / "part-*.txt")], str(output),
+        handler=handler or FakeHandler(), batch_size=BATCH_SIZE, **options)
+
+
+@pytest.mark.parametrize("beam_args", [
+    [], ["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"]])
+def test_lines_keep_their_order_across_files_and_chunks(tmp_path, beam_args):
+    # 10 files: empty ones, one of a line, ones across chunk boundaries; no trailing
+    # newline on each file's last line.
+    sizes = [0, 1, 300, 129, 0, 200, 5, 127, 128, 60]
+    lines = write_inputs(tmp_path, sizes, trailing_newline=False)
+    result = run(tmp_path, tmp_path / "out.txt", beam_args=beam_args)
+    assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
+    assert result.lines == sum(sizes) and result.chunks == -(-sum(sizes) // WINDOW)
+    assert result.counters == {"lines_read": sum(sizes), "lines_translated": sum(sizes),
+                               "lines_written": sum(sizes)}
+    assert not (tmp_path / "out.txt.parts").exists()
+
+
+def test_the_output_holds_one_line_per_input_line_empty_lines_included(tmp_path):
+    lines = write_inputs(tmp_path, [50])
+    run(tmp_path, tmp_path / "out.txt")
+    written = (tmp_path / "out.txt").read_bytes().split(b"\n")[:-1]
+    assert len(written) == 50 and lines.count(b"") == 7
+    assert [line.startswith(b"|") for line in written] == [not line for line in lines]
+
+
+def test_empty_input_writes_an_empty_file(tmp_path):
+    (tmp_path / "part-0.txt").write_bytes(b"")
+    result = run(tmp_path, tmp_path / "out.txt")
+    assert (tmp_path / "out.txt").read_bytes() == b"" and result.lines == 0
+
+
+def test_a_pattern_that_matches_nothing_names_itself(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing-here"):
+        translate_corpus.translate_corpus("fake", [str(tmp_path / "nothing-here*")],
+                                          str(tmp_path / "out"), handler=FakeHandler())
+
+
+def test_a_rewritten_chunk_leaves_one_copy(tmp_path):
+    # A retried bundle writes its chunk again: the file is replaced, not doubled.
+    lines = write_inputs(tmp_path, [300])
+    parts = tmp_path / "out.txt.parts"
+    parts.mkdir()
+    writer = translate_corpus._ChunkWriter(str(parts), pairs=None, n_best=None,
+                                           scores=False)
+    example = [lines[0], lines[1]]
+    rows = [{"translations": b"a", "scores": 0.0}, {"translations": b"b", "scores": 0.0}]
+    for _ in range(2):
+        writer.write(((0, 0), beam.ml.inference.base.PredictionResult(example, rows)))
+    assert sorted(os.listdir(parts)) == ["chunk-00000000"]
+    assert (parts / "chunk-00000000").read_bytes() == b"a\nb\n"
+
+
+def test_a_failed_run_keeps_its_chunks_and_the_same_command_finishes(tmp_path):
+    lines = write_inputs(tmp_path, [200, 300])
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    output = tmp_path / "out.txt"
+    with pytest.raises(translate_corpus.CorpusTranslationError,
+                       match=r"planted failure.*run the same command again"):
+        run(tmp_path, output, handler=FakeHandler(fail_at=300, flag=str(flag)))
+    assert not output.exists()  # never a partial file under the output's name
+    kept = sorted(os.listdir(tmp_path / "out.txt.parts"))
+    assert "plan.json" in kept and "chunk-00000002" not in kept
+    result = run(tmp_path, output)
+    assert output.read_bytes() == expected_output(lines)
+    assert result.lines_kept == WINDOW * (len(kept) - 1)
+    assert result.counters["lines_read"] == 500 - result.lines_kept
+
+
+def test_a_run_with_other_arguments_refuses_the_parts_of_another(tmp_path):
+    write_inputs(tmp_path, [300])
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    with pytest.raises(translate_corpus.CorpusTranslationError):
+        run(tmp_path, tmp_path / "out.txt", handler=FakeHandler(fail_at=200, flag=str(flag)))
+    with pytest.raises(ValueError, match=r"out.txt.parts holds chunks of a run with "
+                                         r"other scores.*delete the folder"):
+        run(tmp_path, tmp_path / "out.txt", scores=True)
+
+
+def test_scores_and_n_best_are_written_as_translate_writes_them(tmp_path):
+    from keras_transformer import formats
+    lines = write_inputs(tmp_path, [150])
+    run(tmp_path, tmp_path / "out.txt", scores=True)
+    assert (tmp_path / "out.txt").read_bytes() == expected_output(
+        lines, formats.scored_translation)
+
+
+def test_pairs_hold_each_source_its_translation_and_score(tmp_path):
+    lines = write_inputs(tmp_path, [140])
+    (tmp_path / "part-1.txt").write_bytes(b"caf\xe9 latin-1\n")
+    lines.append(b"caf\xe9 latin-1")
+    run(tmp_path, tmp_path / "pairs.tsv", pairs="tsv")
+    run(tmp_path, tmp_path / "pairs.jsonl", pairs="jsonl")
+    tsv = (tmp_path / "pairs.tsv").read_bytes().split(b"\n")[:-1]
+    jsonl = [json.loads(line) for line in
+             (tmp_path / "pairs.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(tsv) == len(jsonl) == len(lines)
+    for number, (source, row, record) in enumerate(zip(lines, tsv, jsonl)):
+        fields = row.split(b"\t")
+        assert len(fields) == 3  # the sources' tabs are escaped
+        unescaped = fields[0].replace(b"\\t", b"\t").replace(b"\\\\", b"\\")
+        assert unescaped == source
+        assert float(fields[2]) == -len(source)
+        assert record["line"] == number and record["score"] == -len(source)
+        assert record["source"] == source.decode("utf-8", "replace")
+        assert record["translation"].startswith(
+            source[::-1].decode("utf-8", "replace"))
+
+
+def test_gzipped_inputs_and_outputs(tmp_path):
+    lines = write_inputs(tmp_path, [300])
+    data = (tmp_path / "part-0.txt").read_bytes()
+    (tmp_path / "part-0.txt").unlink()
+    (tmp_path / "in.gz").write_bytes(gzip.compress(data))
+    translate_corpus.translate_corpus(
+        "fake", [str(tmp_path / "in.gz")], str(tmp_path / "out.gz"),
+        handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert gzip.decompress((tmp_path / "out.gz").read_bytes()) == expected_output(lines)
+
+
+def test_translate_lines_keys_every_output():
+    keyed = [(f"doc-{i}", f"sentence {i}".encode()) for i in range(300)]
+
+    class Lines(translate_corpus.TranslateLines):
+        def __init__(self):
+            super().__init__("fake", batch_size=BATCH_SIZE)
+            self.handler = FakeHandler()
+
+    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(
+            translate_corpus.pipeline_args([]))) as pipeline:
+        outputs = (pipeline | beam.Create(keyed) | Lines()
+                   | beam.MapTuple(lambda key, text: (key, text.split("|")[0])))
+        assert_that(outputs, equal_to([(key, sentence[::-1].decode())
+                                       for key, sentence in keyed]))
+
+
+def test_beam_options_pass_through_and_default_to_the_in_process_runner():
+    assert translate_corpus.pipeline_args([]) == [
+        "--runner", "FnApiRunner", "--default_sdk_harness_log_level", "WARNING"]
+    assert translate_corpus.pipeline_args(
+        ["--runner=DataflowRunner", "--project", "p"], verbose=True) == [
+        "--runner=DataflowRunner", "--project", "p"]
+    assert "multi_processing" in translate_corpus.pipeline_args(
+        ["--direct_num_workers", "2"])
+
+
+# The tiny exported translator, through the command, in two worker processes.
+
+def _command(*arguments):
+    return [sys.executable, "-m", "keras_transformer", *map(str, arguments)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from tests.export_helpers import tiny_export, validation_sentences
+    directory = tmp_path_factory.mktemp("corpus")
+    exported = tiny_export(tmp_path_factory.mktemp("export"))
+    sentences = [sentence.encode() for sentence in validation_sentences()]
+    lines = (sentences * (600 // len(sentences) + 1))[:600]
+    lines[5], lines[77] = b"", b"caf\xe9 au lait" * 3
+    half = len(lines) // 2
+    (directory / "a.en").write_bytes(b"\n".join(lines[:half]) + b"\n")
+    (directory / "b.en").write_bytes(b"\n".join(lines[half:]) + b"\n")
+    (directory / "joined.en").write_bytes(b"\n".join(lines) + b"\n")
+    return directory, exported
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("artifact", ["saved_model", "tflite_quantized"])
+def test_two_worker_processes_write_what_translate_writes(corpus, tmp_path, artifact):
+    directory, exported = corpus
+    path = getattr(exported, artifact)
+    subprocess.run(_command("translate", path, "--input", directory / "joined.en",
+                            "--output", tmp_path / "expected", "--batch-size", BATCH_SIZE,
+                            "--no-progress"), check=True, capture_output=True)
+    done = subprocess.run(_command(
+        "translate-corpus", path, "--input", directory / "*.en", "--output",
+        tmp_path / "out", "--batch-size", BATCH_SIZE, "--direct_num_workers", 2,
+        "--no-progress"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "expected").read_bytes()
+    assert "600 lines (read 600, translated 600, written 600, failed 0)" in done.stderr
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_run_run_again_gives_the_same_file(corpus, tmp_path):
+    directory, exported = corpus
+    arguments = _command("translate-corpus", exported.tflite, "--input",
+                         directory / "joined.en", "--output", tmp_path / "out",
+                         "--batch-size", BATCH_SIZE, "--no-progress")
+    process = subprocess.Popen(arguments, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    parts = tmp_path / "out.parts"
+    deadline = time.monotonic() + 300
+    while not (parts / "chunk-00000000").exists() or (parts / "chunk-00000004").exists():
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "out").exists()
+    done = subprocess.run(arguments, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "kept from the last run" in done.stderr
+    subprocess.run(_command("translate", exported.tflite, "--input",
+                            directory / "joined.en", "--output", tmp_path / "expected",
+                            "--batch-size", BATCH_SIZE, "--no-progress"), check=True)
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "expected").read_bytes()
