@@ -42,6 +42,9 @@ _EXPORTS = {
     "load_translator": "keras_transformer.translate",
     "LoadedTranslator": "keras_transformer.translate",
     "evaluate": "keras_transformer.evaluation",
+    # The beam extra's: Apache Beam's RunInference.
+    "TranslateLines": "keras_transformer.translate_corpus",
+    "TranslatorHandler": "keras_transformer.translate_corpus",
 }
 
 __all__ = sorted(_EXPORTS)

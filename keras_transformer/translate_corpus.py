@@ -293,6 +293,8 @@ class CorpusResult:
     lines_kept: int
     not_utf8: int
     counters: dict
+    model_loads: int = 0
+    load_seconds: float = 0.0
 
     def summary(self):
         counted = ", ".join(f"{name.removeprefix('lines_').replace('_', ' ')} "
@@ -301,7 +303,9 @@ class CorpusResult:
                                          "lines_written", "lines_failed"))
         kept = f", {self.lines_kept:,} kept from the last run" if self.lines_kept else ""
         utf8 = f"; {self.not_utf8:,} not UTF-8" if self.not_utf8 else ""
-        return f"{self.output}: {self.lines:,} lines ({counted}{kept}){utf8}."
+        loads = (f"; {self.model_loads} model load(s), {self.load_seconds:.1f} s each"
+                 if self.model_loads else "")
+        return f"{self.output}: {self.lines:,} lines ({counted}{kept}){utf8}{loads}."
 
 
 def pipeline_args(args, verbose=False):
@@ -409,11 +413,18 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
             watcher.stop()
     if watcher:
         watcher.finish()
+    metrics = result.metrics().query()
     counters = {counter.key.metric.name: counter.committed
-                for counter in result.metrics().query(
-                    beam.metrics.MetricsFilter().with_namespace(COUNTERS))["counters"]}
+                for counter in metrics["counters"]
+                if counter.key.metric.namespace == COUNTERS}
+    # RunInference's own measure of each worker's load_model.
+    loads = [metric.committed for metric in metrics["distributions"]
+             if metric.key.metric.name.endswith("load_model_latency_milli_secs")
+             and metric.committed and metric.committed.count]
+    count = sum(load.count for load in loads)
     return CorpusResult(output, sum(numbered.lines for numbered in inputs), len(chunks),
-                        kept, sum(numbered.not_utf8 for numbered in inputs), counters)
+                        kept, sum(numbered.not_utf8 for numbered in inputs), counters,
+                        count, sum(load.sum for load in loads) / 1000 / count if count else 0.0)
 
 
 class CorpusTranslationError(RuntimeError):

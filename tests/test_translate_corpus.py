@@ -250,7 +250,7 @@ def corpus(tmp_path_factory):
     half = len(lines) // 2
     (directory / "a.en").write_bytes(b"\n".join(lines[:half]) + b"\n")
     (directory / "b.en").write_bytes(b"\n".join(lines[half:]) + b"\n")
-    (directory / "joined.en").write_bytes(b"\n".join(lines) + b"\n")
+    (directory / "joined.txt").write_bytes(b"\n".join(lines) + b"\n")
     return directory, exported
 
 
@@ -259,7 +259,7 @@ def corpus(tmp_path_factory):
 def test_two_worker_processes_write_what_translate_writes(corpus, tmp_path, artifact):
     directory, exported = corpus
     path = getattr(exported, artifact)
-    subprocess.run(_command("translate", path, "--input", directory / "joined.en",
+    subprocess.run(_command("translate", path, "--input", directory / "joined.txt",
                             "--output", tmp_path / "expected", "--batch-size", BATCH_SIZE,
                             "--no-progress"), check=True, capture_output=True)
     done = subprocess.run(_command(
@@ -275,7 +275,7 @@ def test_two_worker_processes_write_what_translate_writes(corpus, tmp_path, arti
 def test_a_killed_run_run_again_gives_the_same_file(corpus, tmp_path):
     directory, exported = corpus
     arguments = _command("translate-corpus", exported.tflite, "--input",
-                         directory / "joined.en", "--output", tmp_path / "out",
+                         directory / "joined.txt", "--output", tmp_path / "out",
                          "--batch-size", BATCH_SIZE, "--no-progress")
     process = subprocess.Popen(arguments, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
@@ -291,6 +291,6 @@ def test_a_killed_run_run_again_gives_the_same_file(corpus, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "kept from the last run" in done.stderr
     subprocess.run(_command("translate", exported.tflite, "--input",
-                            directory / "joined.en", "--output", tmp_path / "expected",
+                            directory / "joined.txt", "--output", tmp_path / "expected",
                             "--batch-size", BATCH_SIZE, "--no-progress"), check=True)
     assert (tmp_path / "out").read_bytes() == (tmp_path / "expected").read_bytes()
