@@ -369,7 +369,10 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     plan = {"artifact": os.path.abspath(artifact) if os.path.exists(artifact) else artifact,
             "inputs": [[numbered.path, numbered.size, numbered.lines] for numbered in inputs],
             "window": window, "pairs": pairs, "n_best": n_best, "scores": scores,
-            "seed": seed, "load_options": load_options}
+            "seed": seed,
+            # Threads change the speed, not the output: a rerun may use other workers.
+            "load_options": {name: value for name, value in load_options.items()
+                             if name != "threads"}}
     parts = output + PARTS_SUFFIX
     done = _start_parts(parts, plan)
     todo = [chunk for chunk in chunks if chunk.number not in done]

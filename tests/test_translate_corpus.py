@@ -166,6 +166,18 @@ def test_a_run_with_other_arguments_refuses_the_parts_of_another(tmp_path):
         run(tmp_path, tmp_path / "out.txt", scores=True)
 
 
+def test_a_run_on_other_threads_finishes_the_parts_of_another(tmp_path):
+    lines = write_inputs(tmp_path, [300])
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    with pytest.raises(translate_corpus.CorpusTranslationError):
+        run(tmp_path, tmp_path / "out.txt", threads=2,
+            handler=FakeHandler(fail_at=200, flag=str(flag)))
+    result = run(tmp_path, tmp_path / "out.txt", threads=1)
+    assert result.lines_kept > 0
+    assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
+
+
 def test_scores_and_n_best_are_written_as_translate_writes_them(tmp_path):
     from keras_transformer import formats
     lines = write_inputs(tmp_path, [150])
