@@ -67,15 +67,8 @@ def _translate(args):
     files.check_output_file("--output", args.output, {"--input": args.input})
     if args.input and not os.path.isfile(args.input):
         raise options.UsageError(f"--input {args.input}: no such file.")
-    sampling = [args.sampling_topk, args.temperature, args.seed] != [None] * 3
     searching = args.n_best or args.alignment or args.prefix_file
-    if searching and args.greedy:
-        raise options.UsageError("--n-best, --alignment and --prefix-file come from beam "
-                                 "search: drop --greedy.")
-    if sampling and (searching or args.beam or args.beam_size or args.length_penalty):
-        raise options.UsageError("Sampling (--sampling-topk, --temperature, --seed) draws "
-                                 "tokens instead of searching: drop the beam-search "
-                                 "options, or the sampling ones.")
+    sampling = _sampling_asked(args, searching, "--n-best, --alignment and --prefix-file")
     if args.prefix_file and (args.n_best or args.alignment):
         raise options.UsageError("--prefix-file gives one translation a line: drop "
                                  "--n-best and --alignment.")
@@ -105,6 +98,20 @@ def _translate(args):
             args, progress=not args.no_progress and args.input,
             opened=[source, *opened], format_output=format_output, second=second,
             **translator.batching)
+
+
+def _sampling_asked(args, searching, searched_with):
+    """Returns whether sampling options are given. Refuses them beside beam search's
+    options, and `searching` (true when options that need beam search, named
+    `searched_with`, are given) beside --greedy."""
+    if searching and args.greedy:
+        raise options.UsageError(f"Only beam search gives {searched_with}: drop --greedy.")
+    sampling = [args.sampling_topk, args.temperature, args.seed] != [None] * 3
+    if sampling and (searching or args.beam or args.beam_size or args.length_penalty):
+        raise options.UsageError("Sampling (--sampling-topk, --temperature, --seed) draws "
+                                 "tokens instead of searching: drop the beam-search "
+                                 "options, or the sampling ones.")
+    return sampling
 
 
 def _add_translate_corpus(parser):
@@ -160,13 +167,7 @@ def _add_translate_corpus(parser):
 
 
 def _translate_corpus(args):
-    sampling = [args.sampling_topk, args.temperature, args.seed] != [None] * 3
-    if args.n_best and args.greedy:
-        raise options.UsageError("--n-best comes from beam search: drop --greedy.")
-    if sampling and (args.n_best or args.beam or args.beam_size or args.length_penalty):
-        raise options.UsageError("Sampling (--sampling-topk, --temperature, --seed) draws "
-                                 "tokens instead of searching: drop the beam-search "
-                                 "options, or the sampling ones.")
+    sampling = _sampling_asked(args, args.n_best, "--n-best")
     if args.pairs and (args.n_best or args.scores):
         raise options.UsageError("--pairs writes one translation and its score a line: "
                                  "drop --n-best and --scores.")
