@@ -13,19 +13,30 @@ with this one sentence by sentence (sacreBLEU's paired bootstrap).
 
 Running the same command again on a run directory whose training finished skips the
 training (its recorded time is reused) and redoes the choices, export and scoring.
+
+    python -m benchmarks.quality --rescore benchmarks/results/quality-….json --data-dir DIR
+
+adds the literature's BLEU (lowercased, Moses-tokenized, against Multi30K's `tok/`
+references: `evaluation.score_tokenized`) to a row recorded before it was scored, from
+the translations kept beside its JSON, and rewrites that JSON and its row.
 """
 
 import argparse
+import dataclasses
 import datetime
 import gzip
+import json
 import os
+import re
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import common  # noqa: E402
-from keras_transformer import cli, files, recipe  # noqa: E402
+from keras_transformer import cli, evaluation, files, recipe  # noqa: E402
 from keras_transformer import config as config_lib  # noqa: E402
+from keras_transformer.data import corpus, multi30k  # noqa: E402
+from keras_transformer.data.text import read_lines  # noqa: E402
 
 RESULTS_FILE = "BENCHMARKS.md"
 TABLE_HEADING = "## Translation quality: Multi30K, chosen on validation"
@@ -35,10 +46,12 @@ TABLE_INTRODUCTION = """\
 Written by `python -m benchmarks.quality` (one row per run, appended by the script): the
 recipe chooses the weights (newest checkpoint, mean of the newest 2–5, or the best
 validation-BLEU ones), the beam size and α on `val` (1,014 sentences, beam BLEU), then
-scores the exported SavedModel once on each test split. Cased sacreBLEU (13a) and chrF;
-cells read `BLEU beam (greedy) / chrF`. `training`: wall-clock minutes, weight updates,
-epochs. Config, every validation score and the signatures are in the row's JSON in
-`benchmarks/results/`, the translations beside it."""
+scores the exported SavedModel once on each test split. Cased sacreBLEU (13a) and chrF,
+then BLEU as the literature scores Multi30K (`lc.tok`: lowercased, Moses-normalised and
+tokenized, against the dataset's `tok/` references, no further tokenization); cells
+read `BLEU beam (greedy) / chrF / lc.tok beam (greedy)`. `training`: wall-clock
+minutes, weight updates, epochs. Config, every validation score and the signatures
+are in the row's JSON in `benchmarks/results/`, the translations beside it."""
 TABLE_HEADER = (
     "| id | date | direction | recipe | hardware | training | chosen on val | val BLEU "
     "| test2016 | test2017 | mscoco | note |\n"
@@ -60,6 +73,10 @@ def parse_arguments(argv=None):
     parser.add_argument("--json", metavar="FILE",
                         help="result JSON (default: benchmarks/results/quality-<UTC time>"
                              ".json)")
+    parser.add_argument("--rescore", metavar="JSON",
+                        help="add the literature's BLEU to this recorded result from its "
+                             "kept translations (with --data-dir: Multi30K with tok/), "
+                             "and rewrite its JSON and row; trains nothing")
     return parser.parse_intermixed_args(argv)
 
 
@@ -99,7 +116,8 @@ def table_row(result):
     return "| " + " | ".join([
         result.get("id") or "", result["date"][:10],
         f"{data['source_language']}→{data['target_language']}",
-        f"`{result['command']}`", hardware,
+        # The data directory is the machine's; a reader gives their own.
+        f"`{re.sub(r'--data-dir [^ ]+', '--data-dir DIR', result['command'])}`", hardware,
         f"{record['minutes']:.1f} min, {record['updates']:,} updates, "
         f"{record['epochs']} epochs", chosen,
         f"{result['validation']['beam']['bleu']['score']:.1f}",
@@ -108,9 +126,70 @@ def table_row(result):
 
 
 def _cell(scores):
-    return (f"**{scores['beam']['bleu']['score']:.1f}** "
-            f"({scores['greedy']['bleu']['score']:.1f}) / "
-            f"{scores['beam']['chrf']['score']:.1f}")
+    beam, greedy = scores["beam"], scores["greedy"]
+    cell = (f"**{beam['bleu']['score']:.1f}** ({greedy['bleu']['score']:.1f}) / "
+            f"{beam['chrf']['score']:.1f}")
+    if "bleu_tok" in beam and "bleu_tok" in greedy:
+        cell += f" / {beam['bleu_tok']['score']:.1f} ({greedy['bleu_tok']['score']:.1f})"
+    return cell
+
+
+def add_tokenized_scores(result, json_path, data_dir=None):
+    """Adds `bleu_tok` (`evaluation.score_tokenized`) to every scored split of `result`.
+
+    The translations are those kept beside `json_path` (`keep_translations`); the
+    references are the corpus's (`data_dir` instead of the recorded one, if given),
+    whose `tok/` files must be there (`multi30k.tokenized_reference`).
+    """
+    data = config_lib.Config.from_json(json.dumps(result["config"])).data
+    if data_dir is not None:
+        data = dataclasses.replace(data, data_dir=data_dir)
+    folder = os.path.dirname(os.path.abspath(json_path))
+    splits = {"validation": result["validation"], **result["test"]}
+    for split, decoders in splits.items():
+        reference = corpus.corpus_files(data, split)[1]
+        tokenized = multi30k.tokenized_reference(reference)
+        if tokenized is None:
+            raise SystemExit(f"error: {reference} has no tokenized text beside it "
+                             f"({multi30k.TOKENIZED_FOLDER}/): give --data-dir a Multi30K "
+                             "copy with its tok/ folder")
+        references = read_lines(tokenized)
+        for decoder, scores in decoders.items():
+            name = os.path.join(folder, result["translations"][split][decoder])
+            scores["bleu_tok"] = evaluation.score_tokenized(
+                read_lines(name), references, data.target_language,
+                hypotheses_name=name, references_name=tokenized)
+            scores["tokenized_reference"] = tokenized
+    return result
+
+
+def replace_row(path, row_id, row):
+    """Replaces the quality table's row whose id is `row_id` by `row` in the file `path`."""
+    with open(path, encoding="utf-8") as file:
+        lines = file.read().splitlines()
+    start = lines.index(TABLE_HEADING)
+    found = [index for index in range(start, len(lines))
+             if lines[index].startswith(f"| {row_id} |")]
+    if not found:
+        raise SystemExit(f"error: {path} has no quality row {row_id!r} to rewrite")
+    lines[found[0]] = row
+    temporary = f"{path}.partial"
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.write("\n".join(lines) + "\n")
+    os.replace(temporary, path)
+
+
+def rescore(arguments):
+    """`--rescore JSON`: the literature's BLEU added to a recorded result and its row."""
+    with open(arguments.rescore, encoding="utf-8") as file:
+        result = json.load(file)
+    add_tokenized_scores(result, arguments.rescore, arguments.data_dir)
+    common.write_json(arguments.rescore, result)
+    print(f"Result: {arguments.rescore}")
+    if arguments.results != "none" and result.get("id"):
+        replace_row(arguments.results, result["id"], table_row(result))
+        print(f"Row {result['id']} rewritten in {arguments.results}")
+    return 0
 
 
 def append_row(path, row):
@@ -151,6 +230,8 @@ def append_row(path, row):
 
 def main(argv=None):
     arguments = parse_arguments(argv)
+    if arguments.rescore:
+        return rescore(arguments)
     try:
         config, _ = cli.recipe_config(arguments)
     except ValueError as error:

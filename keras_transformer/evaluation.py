@@ -4,7 +4,11 @@ What is served is what is scored: the default is to run the exported SavedModel 
 `.tflite` file) on the source text and score its output, so tokenization, the decode loop
 and detokenization are the ones users get. Scores are sacreBLEU's BLEU and chrF on
 detokenized, cased text with its default `13a` tokenization, each with its sacreBLEU
-signature so that numbers from different runs can be compared honestly.
+signature so that numbers from different runs can be compared honestly. Where a
+reference has the literature's tokenized text beside it (Multi30K's `tok/` files,
+`multi30k.tokenized_reference`), BLEU is also scored the way the papers on that corpus
+score it (`score_tokenized`): the translations lowercased, punctuation-normalised and
+tokenized as those files were, BLEU on the tokens.
 
     keras-transformer evaluate RUN_DIR                  # every test split, greedy
     keras-transformer evaluate RUN_DIR --beam --split test_2017_mscoco
@@ -19,14 +23,16 @@ search (beam 4, length penalty α = 0.6, §6.1).
 """
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 
 from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from keras_transformer import config as config_lib
 from keras_transformer import files, runs, translate
-from keras_transformer.data import corpus
+from keras_transformer.data import corpus, multi30k
 from keras_transformer.data.text import read_lines
 from keras_transformer.serving import artifacts
 
@@ -73,6 +79,50 @@ def score(hypotheses, references, *, hypotheses_name="hypotheses",
     return scores
 
 
+def tokenize_as_literature(lines, language):
+    """Returns `lines` lowercased, punctuation-normalised and tokenized as Multi30K's
+    `tok/` files were made: `lowercase.perl | normalize-punctuation.perl -l L |
+    tokenizer.perl -l L` of Moses (scripts/task1-tokenize.sh of the dataset), here
+    sacremoses' transcription of those scripts, with Moses' escapes (`&apos;`, `&quot;`).
+
+    Applied to Multi30K's raw references it gives their `tok/` files line for line
+    (tests/test_evaluation.py).
+    """
+    normalizer = MosesPunctNormalizer(lang=language)
+    tokenizer = MosesTokenizer(lang=language)
+    # normalize-punctuation.perl sees each line with its newline, and its rule that
+    # moves a full stop after a closing quote (de, fr, ...) needs a character after the
+    # quote: without the newline, a quote that ends the line would keep its stop inside.
+    return [tokenizer.tokenize(normalizer.normalize(line.lower() + "\n"), escape=True,
+                               return_str=True).strip() for line in lines]
+
+
+def score_tokenized(hypotheses, tokenized_references, language, *,
+                    hypotheses_name="hypotheses", references_name="references"):
+    """BLEU as the literature scores Multi30K: on lowercased, Moses-tokenized text.
+
+    Args:
+        hypotheses: list of str, detokenized translations.
+        tokenized_references: list of str, the references already lowercased and
+            tokenized (Multi30K's `tok/` files); used as they are.
+        language: str. The target language, for the normaliser and tokenizer.
+        hypotheses_name, references_name: str. What to call them in errors.
+
+    Returns:
+        `{"name": "BLEU", "score": float, "signature": str, "text": str}`, as a metric
+        of `score`; the signature names the tokenization and sacreBLEU's with
+        `tok:none` (no further tokenization).
+    """
+    check_line_counts(hypotheses, tokenized_references, hypotheses_name, references_name)
+    metric = BLEU(tokenize="none", force=True)  # force: the input is tokenized on purpose
+    result = metric.corpus_score(tokenize_as_literature(hypotheses, language),
+                                 [list(tokenized_references)])
+    signature = (f"lc.norm.tok:sacremoses-{importlib.metadata.version('sacremoses')}|"
+                 f"{metric.get_signature()}")
+    return {"name": result.name, "score": result.score, "signature": signature,
+            "text": result.format(signature=signature)}
+
+
 def translate_file_lines(runner, lines, batch_size=64, verbose=True):
     """Returns the translations of `lines` (list of str), in their order.
 
@@ -104,14 +154,23 @@ def score_files(runner, source, reference, *, batch_size=64, output=None, verbos
     """Translates the `source` file with `runner` and scores it against `reference`.
 
     Returns:
-        The dict of `score`, plus `"source"`, `"reference"` and `"sentences"`.
+        The dict of `score`, plus `"source"`, `"reference"` and `"sentences"`; and
+        `"bleu_tok"` (`score_tokenized`) with `"tokenized_reference"` where the
+        reference has the literature's tokenized text beside it.
     """
     source_lines, reference_lines = read_pair(source, reference)
     hypotheses = translate_file_lines(runner, source_lines, batch_size, verbose)
     if output:
         files.write_lines(output, hypotheses)
-    scores = score(hypotheses, reference_lines, hypotheses_name=output or "the translations",
+    hypotheses_name = output or "the translations"
+    scores = score(hypotheses, reference_lines, hypotheses_name=hypotheses_name,
                    references_name=reference)
+    tokenized = multi30k.tokenized_reference(reference)
+    if tokenized is not None:
+        scores["bleu_tok"] = score_tokenized(
+            hypotheses, read_lines(tokenized), _language(reference),
+            hypotheses_name=hypotheses_name, references_name=tokenized)
+        scores["tokenized_reference"] = tokenized
     scores.update(source=os.fspath(source), reference=os.fspath(reference),
                   sentences=len(hypotheses))
     return scores
@@ -251,18 +310,50 @@ def _language(path):
 
 def format_table(results, decoder):
     """Returns `evaluate_splits`'s results as a text table, signatures below."""
-    rows = [("split", "sentences", "BLEU", "chrF")]
-    rows += [(name, str(scores["sentences"]), f"{scores['bleu']['score']:.2f}",
-              f"{scores['chrf']['score']:.2f}") for name, scores in results.items()]
-    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    tokenized = any("bleu_tok" in scores for scores in results.values())
+    rows = [("split", "sentences", *score_columns(tokenized))]
+    rows += [(name, str(scores["sentences"]), *score_cells(scores, tokenized))
+             for name, scores in results.items()]
+    return "\n".join([f"{decoder}:", *text_table(rows), "",
+                      *signatures(results.values())])
+
+
+def score_columns(tokenized):
+    """Column names of `score_cells`: BLEU, chrF and, if `tokenized`, the literature's
+    BLEU (`score_tokenized`)."""
+    return ("BLEU", "chrF", *(("BLEU lc.tok",) if tokenized else ()))
+
+
+def score_cells(scores, tokenized):
+    """One result's cells under `score_columns(tokenized)`; empty where it has no
+    literature's BLEU."""
+    cells = [f"{scores['bleu']['score']:.2f}", f"{scores['chrf']['score']:.2f}"]
+    if tokenized:
+        cells.append(f"{scores['bleu_tok']['score']:.2f}" if "bleu_tok" in scores else "")
+    return cells
+
+
+def signatures(all_scores):
+    """The signature of each metric in `all_scores`, once each, in column order."""
+    all_scores = list(all_scores)
+    found = []
+    for name in (*_METRICS, "bleu_tok"):
+        for scores in all_scores:
+            if name in scores and scores[name]["signature"] not in found:
+                found.append(scores[name]["signature"])
+    return found
+
+
+def text_table(rows):
+    """Lines of `rows` (tuples of str) in left-aligned columns, a rule under the first."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
              for row in rows]
     lines.insert(1, "-" * len(lines[0]))
-    first = next(iter(results.values()))
-    return "\n".join([f"{decoder}:", *lines, "", first["bleu"]["signature"],
-                      first["chrf"]["signature"]])
+    return lines
 
 
 def format_scores(scores):
     """Returns sacreBLEU's line (signature = score) for each metric of `score`'s result."""
-    return "\n".join(scores[name]["text"] for name in _METRICS)
+    return "\n".join(scores[name]["text"] for name in (*_METRICS, "bleu_tok")
+                     if name in scores)

@@ -279,16 +279,13 @@ def score_splits(config, saved_model, splits, decoders, translations_dir, batch_
 
 def results_table(result):
     """Returns the recipe's scores as a text table: one row per split and decoder."""
-    rows = [("split", "decoder", "sentences", "BLEU", "chrF")]
     splits = [("validation", result["validation"])] + list(result["test"].items())
+    all_scores = [scores for _, by_decoder in splits for scores in by_decoder.values()]
+    tokenized = any("bleu_tok" in scores for scores in all_scores)
+    rows = [("split", "decoder", "sentences", *evaluation.score_columns(tokenized))]
     for split, by_decoder in splits:
         for decoder, scores in by_decoder.items():
             rows.append((split, decoder, str(scores["sentences"]),
-                         f"{scores['bleu']['score']:.2f}", f"{scores['chrf']['score']:.2f}"))
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-             for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    signature = next(iter(result["validation"].values()))
-    lines += ["", signature["bleu"]["signature"], signature["chrf"]["signature"]]
-    return "\n".join(lines)
+                         *evaluation.score_cells(scores, tokenized)))
+    return "\n".join([*evaluation.text_table(rows), "",
+                      *evaluation.signatures(all_scores)])

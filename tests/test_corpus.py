@@ -49,6 +49,21 @@ def test_every_multi30k_checksum_is_that_of_the_file(multi30k_dir):
         assert hashlib.sha256((multi30k_dir / name).read_bytes()).hexdigest() == expected, name
 
 
+def test_every_tokenized_multi30k_checksum_is_that_of_the_file(multi30k_dir):
+    assert sorted(multi30k.TOKENIZED_SHA256) == sorted(
+        multi30k.tokenized_file_name(split, language)
+        for split in multi30k.TOKENIZED_SPLITS for language in multi30k.LANGUAGES)
+    tok = multi30k_dir / multi30k.TOKENIZED_FOLDER
+    if not tok.is_dir():
+        pytest.skip(f"{tok} is missing: Multi30K's tokenized files are not in this copy")
+    for name, expected in multi30k.TOKENIZED_SHA256.items():
+        assert hashlib.sha256((tok / name).read_bytes()).hexdigest() == expected, name
+    reference = multi30k_dir / "test_2017_mscoco.fr.gz"
+    assert multi30k.tokenized_reference(reference) == str(
+        tok / "test_2017_mscoco.lc.norm.tok.fr")
+    assert multi30k.tokenized_reference(multi30k_dir / "train.fr.gz") is None
+
+
 def test_multi30k_from_data_dir_has_its_published_sizes(multi30k_dir):
     sizes = {split: len(corpus.load_split(fixture_config(multi30k_dir, "en", "fr"), split,
                                           verbose=False))
@@ -191,6 +206,29 @@ def test_download_with_matching_checksum_is_cached_and_read(
     assert sorted(QuietHandler.requests) == ["/data/val.en.gz", "/data/val.fr.gz"]
     corpus.load_split(config, "validation", cache_dir=str(cache), verbose=False)
     assert len(QuietHandler.requests) == 2  # the second load reads the cache
+
+
+def test_a_downloaded_test_split_brings_its_tokenized_reference(
+        file_server, fixture_corpus_dir, tmp_path, monkeypatch):
+    served, base_url = file_server
+    (served / "data" / "tok").mkdir(parents=True)
+    names = ["test_2017_flickr.en.gz", "test_2017_flickr.de.gz"]
+    for name in names:
+        shutil.copy(fixture_corpus_dir / name, served / "data" / name)
+    tokenized = "tok/test_2017_flickr.lc.norm.tok.de"
+    (served / "data" / tokenized).write_text("ein hund .\n", encoding="utf-8")
+    for table, path in [(multi30k.SHA256, name) for name in names] + [
+            (multi30k.TOKENIZED_SHA256, tokenized)]:
+        monkeypatch.setitem(table, os.path.basename(path), hashlib.sha256(
+            (served / "data" / path).read_bytes()).hexdigest())
+    cache = tmp_path / "keras_home"
+    _, reference = corpus.corpus_files(DataConfig(), "test_2017_flickr",
+                                       cache_dir=str(cache), base_url=base_url)
+    cached = cache / "datasets" / "multi30k"
+    assert multi30k.tokenized_reference(reference) == str(cached / tokenized)
+    assert f"/data/{tokenized}" in QuietHandler.requests
+    # Validation and training are read to train: nothing more is fetched for them.
+    assert multi30k.tokenized_reference(cached / "val.de.gz") is None
 
 
 def test_download_of_real_multi30k_file_passes_recorded_checksum(

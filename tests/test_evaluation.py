@@ -9,6 +9,7 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import cli, evaluation, files, runs
+from keras_transformer.data import multi30k
 from keras_transformer.data.text import read_lines
 from keras_transformer.serving import artifacts, runners
 from keras_transformer.serving import export as exporting
@@ -198,3 +199,78 @@ def test_real_export_is_scored_on_what_it_serves(tiny, tmp_path):
     scores = evaluation.evaluate(tiny.tflite, str(source_file), str(reference_file),
                                  batch_size=4, verbose=False)
     _assert_sacrebleu_scores(scores, tflite, references)
+
+
+# --- BLEU as the literature scores Multi30K (lowercased, Moses-tokenized) ---------------
+
+@pytest.mark.parametrize("language, line, expected", [
+    # Lowercased; German quotes straightened and escaped; the stop after a closing
+    # quote moved outside it (de, fr); a second space dropped.
+    ("de", 'Ein Mann sagt  "Hallo."', "ein mann sagt &quot; hallo &quot; ."),
+    # English splits before the apostrophe, French after it.
+    ("en", "It's a dog, isn't it?", "it &apos;s a dog , isn &apos;t it ?"),
+    ("fr", "Un homme l’a vu.", "un homme l&apos; a vu ."),
+    # An en dash becomes a hyphen, „…“ plain quotes; hyphenated words stay whole.
+    ("de", "Zwei Hunde – „spielen“ im saftig-grünen Schnee.",
+     "zwei hunde - &quot; spielen &quot; im saftig-grünen schnee ."),
+])
+def test_literature_tokenization_follows_the_moses_scripts(language, line, expected):
+    assert evaluation.tokenize_as_literature([line], language) == [expected]
+
+
+def test_literature_bleu_is_sacrebleu_without_tokenization_on_tokenized_text():
+    # Text that is already lowercased and tokenized (no character Moses would escape)
+    # passes the tokenization unchanged, so the score is sacreBLEU's with tok "none".
+    hypotheses = ["a man rides a horse .", "two dogs play in snow .", "a girl reads ."]
+    references = ["a man rides a brown horse .", "two dogs play in the snow .",
+                  "a girl is reading a book ."]
+    assert evaluation.tokenize_as_literature(hypotheses, "en") == hypotheses
+    scores = evaluation.score_tokenized(hypotheses, references, "en")
+    expected = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none")
+    assert scores["score"] == pytest.approx(expected.score, abs=1e-9)
+    assert scores["score"] != pytest.approx(
+        sacrebleu.corpus_bleu([h.upper() for h in hypotheses], [references],
+                              tokenize="none").score)
+    # Cased, detokenized output scores as its lowercased tokens do.
+    cased = ["A man rides a horse.", "Two dogs play in snow.", "A girl reads."]
+    assert evaluation.score_tokenized(cased, references, "en")["score"] == scores["score"]
+    assert scores["signature"].startswith("lc.norm.tok:sacremoses-")
+    assert "|tok:none|" in scores["signature"]
+
+
+def test_literature_tokenization_of_the_raw_references_gives_multi30k_tok_files(
+        multi30k_dir):
+    tok = multi30k_dir / "tok"
+    if not tok.is_dir():
+        pytest.skip(f"{tok} is missing: Multi30K's tokenized files are not in this copy")
+    for split in multi30k.TEST_SPLITS:
+        for language in multi30k.LANGUAGES:
+            raw = read_lines(multi30k_dir / f"{split}.{language}.gz")
+            published = read_lines(tok / multi30k.tokenized_file_name(split, language))
+            assert evaluation.tokenize_as_literature(raw, language) == published, (
+                split, language)
+
+
+def test_a_reference_with_tokenized_text_beside_it_gets_the_literature_bleu(
+        saved_model, tmp_path):
+    # Multi30K's layout: DIR/<split>.<language>.gz and DIR/tok/<split>.lc.norm.tok.<language>.
+    source, reference = tmp_path / "test_2016_flickr.en", tmp_path / "test_2016_flickr.de"
+    source.write_text("".join(f"{line}\n" for line in SOURCE), encoding="utf-8")
+    reference.write_text("".join(f"{line}\n" for line in REFERENCE), encoding="utf-8")
+    plain = evaluation.evaluate(saved_model, str(source), str(reference), verbose=False)
+    assert "bleu_tok" not in plain  # no tok/ folder: cased sacreBLEU alone
+    (tmp_path / "tok").mkdir()
+    tokenized = evaluation.tokenize_as_literature(REFERENCE, "de")
+    tokenized_path = tmp_path / "tok" / "test_2016_flickr.lc.norm.tok.de"
+    tokenized_path.write_text("".join(f"{line}\n" for line in tokenized), encoding="utf-8")
+    scores = evaluation.evaluate(saved_model, str(source), str(reference), verbose=False)
+    hypotheses = _direct_outputs(saved_model, files.GREEDY_SIGNATURE)
+    expected = sacrebleu.corpus_bleu(evaluation.tokenize_as_literature(hypotheses, "de"),
+                                     [tokenized], tokenize="none")
+    assert scores["bleu_tok"]["score"] == pytest.approx(expected.score, abs=1e-9)
+    assert scores["tokenized_reference"] == str(tokenized_path)
+    assert scores["bleu"] == plain["bleu"]
+    table = evaluation.format_table({"test_2016_flickr": scores}, "greedy")
+    assert "BLEU lc.tok" in table and f"{expected.score:.2f}" in table
+    assert scores["bleu_tok"]["signature"] in table
+    assert evaluation.score_tokenized(hypotheses, tokenized, "de") == scores["bleu_tok"]

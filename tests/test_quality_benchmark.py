@@ -10,7 +10,7 @@ import pytest
 import sacrebleu
 
 from benchmarks import quality
-from keras_transformer import recipe
+from keras_transformer import evaluation, recipe
 from keras_transformer.data import multi30k
 from keras_transformer.data.text import read_lines
 from keras_transformer.training import callbacks as callbacks_lib
@@ -53,6 +53,13 @@ def corpus_without_test_splits(tmp_path, fixture_corpus_dir, monkeypatch):
     test_files = [path for path in data_dir.iterdir()
                   if path.name.split(".")[0] in multi30k.TEST_SPLITS]
     assert len(test_files) == 9
+    # The literature's tokenized references, as a Multi30K copy holds them in tok/.
+    (data_dir / multi30k.TOKENIZED_FOLDER).mkdir()
+    for split in multi30k.TOKENIZED_SPLITS:
+        lines = evaluation.tokenize_as_literature(read_lines(data_dir / f"{split}.de.gz"),
+                                                  "de")
+        (data_dir / multi30k.TOKENIZED_FOLDER / multi30k.tokenized_file_name(
+            split, "de")).write_text("".join(f"{line}\n" for line in lines), "utf-8")
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     for path in test_files:
@@ -110,6 +117,10 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
             assert scores["bleu"]["score"] == pytest.approx(
                 bleu.corpus_score(hypotheses, [references]).score)
             assert scores["bleu"]["signature"] == str(bleu.get_signature())
+            tokenized = read_lines(scores["tokenized_reference"])
+            assert scores["bleu_tok"]["score"] == pytest.approx(sacrebleu.corpus_bleu(
+                evaluation.tokenize_as_literature(hypotheses, "de"), [tokenized],
+                tokenize="none").score)
             assert scores["artifact"].endswith("saved_model") and scores["beam"] == (
                 decoder == "beam")
 
@@ -124,4 +135,19 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
     rows = [line for line in results.read_text(encoding="utf-8").splitlines()
             if line.startswith("| ") and "smoke" in line]
     assert len(rows) == 2 and all(row.count("|") == 13 for row in rows)
-    assert f"{first['test']['test_2017_mscoco']['beam']['bleu']['score']:.1f}" in rows[0]
+    mscoco = first["test"]["test_2017_mscoco"]
+    assert (f"{mscoco['beam']['bleu']['score']:.1f}" in rows[0]
+            and f" / {mscoco['beam']['bleu_tok']['score']:.1f} "
+                f"({mscoco['greedy']['bleu_tok']['score']:.1f}) |" in rows[0])
+
+    # A row recorded before the literature's BLEU existed gets it from its translations.
+    for decoders in (first["validation"], *first["test"].values()):
+        for scores in decoders.values():
+            scores.pop("bleu_tok", None)
+    recorded = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
+    (tmp_path / "first.json").write_text(json.dumps(first), encoding="utf-8")
+    assert quality.main(["--rescore", str(tmp_path / "first.json"), "--data-dir",
+                         str(data_dir), "--results", "none"]) == 0
+    rescored = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
+    assert rescored["test"] == recorded["test"]
+    assert rescored["validation"] == recorded["validation"]

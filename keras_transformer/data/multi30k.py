@@ -5,6 +5,8 @@ fr image captions, line-aligned across languages, so any two make a direction. F
 are named `<split>.<language>.gz`: `train` (29,000 lines), `val` (1,014) and the three
 test splits the field reports side by side, `test_2016_flickr` (1,000),
 `test_2017_flickr` (1,000) and `test_2017_mscoco` (461, out of Flickr's domain).
+The literature scores on Multi30K's own lowercased, tokenized text of those splits
+(`tok/<split>.lc.norm.tok.<language>`), downloaded and checked the same way.
 
 `download(split, language)` fetches one file with `keras.utils.get_file` (its messages
 and progress bar on stderr), verifies it by SHA-256 and caches it under
@@ -54,6 +56,39 @@ SHA256 = {
 }
 
 
+# The literature's references: Multi30K's own `tok/<split>.lc.norm.tok.<language>`,
+# lowercased, punctuation-normalised and tokenized by Moses' scripts
+# (scripts/task1-tokenize.sh upstream). Papers score BLEU on these tokens; the project
+# scores on them too (`evaluation.score_tokenized`), beside cased sacreBLEU. Only the
+# splits that are scored are listed.
+TOKENIZED_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/tok/"
+TOKENIZED_FOLDER = "tok"
+TOKENIZED_SPLITS = ("val", *TEST_SPLITS)
+TOKENIZED_SHA256 = {
+    "val.lc.norm.tok.en": "46573ce391ae227f1c72f873392436a20ef18e0a6d518098cfbd70b77c8572ec",
+    "val.lc.norm.tok.de": "97232bd273eceb7207f689527386a97e4be2616b18ada47576bdaf96c8ae1f00",
+    "val.lc.norm.tok.fr": "b303e301aa21fe7822a846b2b3fb2d5a1121ec807cd5b1d006fb7b2b5507168a",
+    "test_2016_flickr.lc.norm.tok.en":
+        "5b7f32627cf99eced828311b955dae9800bb52bc8b91cf8b6526829e605b29d2",
+    "test_2016_flickr.lc.norm.tok.de":
+        "c6a33d39d48f9f510de147651316cd9d918e09ad0219df734a2f16b6baccacc4",
+    "test_2016_flickr.lc.norm.tok.fr":
+        "1463bd5960f9bfe098ec3cd752d3df0c49c84dc646fb518964a29232658cd836",
+    "test_2017_flickr.lc.norm.tok.en":
+        "c9d1dfd7a26add989382e534af235af9f0f658b2a30e7eb0efdaf142496ee54f",
+    "test_2017_flickr.lc.norm.tok.de":
+        "02067e4a9402786a4fcb8c1b6f4307e4a5073ced64800abead5273b54f5f31f6",
+    "test_2017_flickr.lc.norm.tok.fr":
+        "c0583117a47b31e8a6c6a97cfe8de153e462074668f4e994764fcc80b21d33b4",
+    "test_2017_mscoco.lc.norm.tok.en":
+        "fe69ae004d71c42ead0301e70c57de5b1b6b5fb7f52210d42b22801e98e656f3",
+    "test_2017_mscoco.lc.norm.tok.de":
+        "e2825990b8a4e5289d2cdba801d57c187810bab9b4f5d87a30c35800a0d871b6",
+    "test_2017_mscoco.lc.norm.tok.fr":
+        "0b6a4620f02b6b9acf7811fda23f90fed9c6baa0b96aa224db50a273078c84d1",
+}
+
+
 class DownloadError(CorpusError):
     """A Multi30K file could not be downloaded; the message names the URL and the fix."""
 
@@ -80,12 +115,40 @@ def local_file(data_dir, split, language):
     return plain if not os.path.exists(compressed) and os.path.exists(plain) else compressed
 
 
-def download(split, language, *, cache_dir=None, base_url=None):
+def tokenized_file_name(split, language):
+    """Returns the name of a split's tokenized text, e.g. `"val.lc.norm.tok.de"`."""
+    if split not in TOKENIZED_SPLITS or language not in LANGUAGES:
+        raise CorpusError(f"Multi30K's tok/ folder has no {split}.{language} here: splits "
+                          f"are {TOKENIZED_SPLITS}, languages {LANGUAGES}.")
+    return f"{split}.lc.norm.tok.{language}"
+
+
+def tokenized_reference(reference_path):
+    """Returns the tokenized text beside a Multi30K reference file, or `None`.
+
+    `DIR/test_2016_flickr.de.gz` (or the uncompressed file) has it in
+    `DIR/tok/test_2016_flickr.lc.norm.tok.de`: in a `--data-dir` copy, and in the
+    download cache once `download(..., tokenized=True)` fetched it. Any other file name,
+    or a missing file, gives `None`.
+    """
+    folder, name = os.path.split(os.fspath(reference_path))
+    parts = name.removesuffix(".gz").split(".")
+    if len(parts) != 2 or parts[0] not in TOKENIZED_SPLITS or parts[1] not in LANGUAGES:
+        return None
+    path = os.path.join(folder, TOKENIZED_FOLDER, tokenized_file_name(*parts))
+    return path if os.path.isfile(path) else None
+
+
+def download(split, language, *, tokenized=False, cache_dir=None, base_url=None):
     """Downloads one Multi30K Task 1 file (once) and returns its cached path.
 
     Args:
         split: Multi30K's split name: one of `SPLITS`, e.g. `"val"`.
         language: `"en"`, `"de"` or `"fr"`.
+        tokenized: bool. The literature's tokenized text of the split
+            (`tokenized_file_name`, from `TOKENIZED_URL`, or `<base_url>/tok/` on a
+            mirror, the layout of a `--data-dir`) instead of the raw file; it lands in
+            the cache's `tok/` folder, where `tokenized_reference` finds it.
         cache_dir: str. Cache root; the file lands in `<cache_dir>/datasets/multi30k/`.
             Defaults to `$KERAS_HOME` (`~/.keras`).
         base_url: str. URL prefix of the files. Defaults to
@@ -99,19 +162,26 @@ def download(split, language, *, cache_dir=None, base_url=None):
         ChecksumMismatchError: the downloaded bytes are not the expected ones.
         Neither leaves a file in the cache.
     """
-    name = file_name(split, language)
-    base_url = base_url or os.environ.get(URL_ENVIRONMENT_VARIABLE) or URL
-    origin = base_url.rstrip("/") + "/" + name
-    expected = SHA256[name]
+    base_url = base_url or os.environ.get(URL_ENVIRONMENT_VARIABLE)
+    if tokenized:
+        name = tokenized_file_name(split, language)
+        folder_url = (base_url.rstrip("/") + "/" + TOKENIZED_FOLDER if base_url
+                      else TOKENIZED_URL)
+        expected, cache_subdir = TOKENIZED_SHA256[name], os.path.join(
+            CACHE_SUBDIR, TOKENIZED_FOLDER)
+    else:
+        name = file_name(split, language)
+        folder_url, expected, cache_subdir = base_url or URL, SHA256[name], CACHE_SUBDIR
+    origin = folder_url.rstrip("/") + "/" + name
     cache_root = _cache_root(cache_dir)
-    path = os.path.join(cache_root, CACHE_SUBDIR, name)
+    path = os.path.join(cache_root, cache_subdir, name)
     try:
         # Keras prints "Downloading data from …" and its progress bar to stdout, which
         # commands keep for their results.
         with contextlib.redirect_stdout(sys.stderr):
             return keras.utils.get_file(
                 fname=name, origin=origin, file_hash=expected, hash_algorithm="sha256",
-                cache_subdir=CACHE_SUBDIR, cache_dir=cache_root)
+                cache_subdir=cache_subdir, cache_dir=cache_root)
     except ValueError:
         # Keras leaves a file that fails its hash check in the cache: remove it, so that
         # the next run downloads again instead of reading corrupt data.
