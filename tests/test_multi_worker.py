@@ -215,8 +215,9 @@ def test_other_workers_restore_the_chief_backup_and_write_nothing(monkeypatch):
     # No checkpoints, no TensorBoard: the backup, restored but never written, is all.
     assert [type(callback) for callback in callbacks] == [
         callbacks_lib.TerminateOnNonFiniteLoss, callbacks_lib.ThroughputLogger,
-        backup_lib.AtomicBackupAndRestore, backup_lib.ResumedEpochEnd]
-    backup = callbacks[-2]
-    assert callbacks[-1].backup is backup
+        backup_lib.AtomicBackupAndRestore, backup_lib.ResumedEpochEnd,
+        callbacks_lib.TrainingProgress]
+    backup = callbacks[-3]
+    assert callbacks[-2].backup is backup
     assert backup.restore_only
     assert backup.backup_dir == os.path.join("run", files.BACKUP)

@@ -368,6 +368,45 @@ def test_the_time_budget_counts_the_epoch_end_work_of_the_extra_callbacks():
             < kinds.index(backup_lib.ResumedEpochEnd))
 
 
+def test_progress_heads_each_epoch_with_what_ends_the_run(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(callbacks_lib.time, "monotonic", lambda: now[0])
+    progress = callbacks_lib.TrainingProgress()
+    progress.set_params({"verbose": 1, "epochs": 10, "steps": 5})
+    progress.on_train_begin()
+    assert progress.heading(0) == "Epoch 1/10"  # no epoch done yet: no estimate
+    progress.on_epoch_begin(0)
+    now[0] += 120  # two epochs in two minutes: a minute each, 8 epochs to go
+    assert progress.heading(2) == "Epoch 3/10 · 2.0 min so far, about 8 min left"
+    # A resumed run counts the epochs this fit trained, not those before it.
+    progress.on_train_begin()
+    progress.on_epoch_begin(6)
+    now[0] += 90
+    assert progress.heading(7) == "Epoch 8/10 · 1.5 min so far, about 4 min left"
+
+    budget = callbacks_lib.TimeBudget(60)
+    budget.on_train_begin()
+    timed = callbacks_lib.TrainingProgress(budget)
+    timed.set_params({"verbose": 1, "epochs": 1000, "steps": 5})
+    timed.on_train_begin()
+    now[0] += 9.8 * 60
+    assert timed.heading(2) == ("Epoch 3 · 9.8 of 60 min, 50.2 min left (the time "
+                                "budget ends the run)")
+    now[0] += 60 * 60
+    assert "0.0 min left" in timed.heading(9)
+
+
+def test_fit_shows_the_run_progress_bar_and_not_keras_own(capsys):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(), "mse")
+    budget = callbacks_lib.TimeBudget(5)
+    model.fit(np.zeros((4, 2)), np.zeros((4, 1)), epochs=3, batch_size=2, verbose=1,
+              callbacks=[budget, callbacks_lib.TrainingProgress(budget)])
+    printed = capsys.readouterr().out
+    assert printed.count("of 5 min") == 3 and "Epoch 2/3" not in printed
+    assert printed.count("2/2") == 3  # one bar per epoch: Keras added none of its own
+
+
 def test_time_budget_is_refused_in_a_worker_cluster(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, '
                                     '"task": {"type": "worker", "index": 1}}')

@@ -1,5 +1,6 @@
 """Small training callbacks Keras lacks: throughput, step summaries, rolling checkpoints,
-a stop on a non-finite loss, a time budget and a learning-rate cooldown.
+a stop on a non-finite loss, a time budget, a learning-rate cooldown, and a progress
+bar headed by what ends the run.
 
 The resumable backup is in `training.backup`, validation BLEU in `training.bleu`.
 """
@@ -296,3 +297,58 @@ class LearningRateCooldown(keras.callbacks.Callback):
         if self.minutes and self._start is not None:
             shares.append((time.monotonic() - self._start) / 60 / self.minutes)
         return max(shares)
+
+
+class TrainingProgress(keras.callbacks.ProgbarLogger):
+    """Keras's progress bar, each epoch headed by what ends the run and the time left.
+
+    Keras heads each epoch with `Epoch 3/1000`, which under a time budget is a number
+    that ends nothing. This heading says what does, and how long the rest takes:
+
+        Epoch 3/127 · 9.8 min so far, about 405 min left
+        Epoch 3 · 9.8 of 60 min, 50.2 min left (the time budget ends the run)
+
+    The estimate of an epoch-bounded run is this `fit`'s minutes per finished epoch
+    (validation and epoch-end callbacks included) times the epochs left; a time budget's
+    minutes are its own clock's (`TimeBudget.elapsed_minutes`). Given to `model.fit`
+    in place of the `ProgbarLogger` Keras would add, so `verbose` works as before.
+
+    Args:
+        budget: the run's `TimeBudget`, or None when its epochs bound it.
+    """
+
+    def __init__(self, budget=None):
+        super().__init__()
+        self.budget = budget
+        self._start = self._first_epoch = None
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._start, self._first_epoch = time.monotonic(), None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._reset_progbar()
+        self._maybe_init_progbar()
+        if self._first_epoch is None:
+            self._first_epoch = epoch  # a resumed run begins past 0
+        if not self.verbose:
+            return
+        if keras.config.is_interactive_logging_enabled():  # where Keras prints its bar
+            print(self.heading(epoch), flush=True)
+        else:
+            logger.info(self.heading(epoch))
+
+    def heading(self, epoch):
+        """The line that heads epoch `epoch` (0-based)."""
+        elapsed = (time.monotonic() - self._start) / 60
+        if self.budget is not None:
+            spent = self.budget.elapsed_minutes()
+            return (f"Epoch {epoch + 1} · {spent:.1f} of {self.budget.minutes:g} min, "
+                    f"{max(self.budget.minutes - spent, 0.0):.1f} min left (the time "
+                    "budget ends the run)")
+        heading = f"Epoch {epoch + 1}/{self.epochs}"
+        done = epoch - (epoch if self._first_epoch is None else self._first_epoch)
+        if done:
+            left = elapsed / done * (self.epochs - epoch)
+            heading += f" · {elapsed:.1f} min so far, about {left:.0f} min left"
+        return heading

@@ -177,7 +177,9 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_upda
             callbacks_lib.StepSummaries(os.path.join(log_dir, "train"),
                                         train_config.log_every_steps),
             keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=False)]
-    return callbacks + list(extra) + budget + [backup.resumed_epoch_end()]
+    # Last, where Keras puts its own progress bar: it shows what the others logged.
+    progress = callbacks_lib.TrainingProgress(budget[0] if budget else None)
+    return callbacks + list(extra) + budget + [backup.resumed_epoch_end(), progress]
 
 
 def make_translation_callbacks(train_config, run_dir, validation_text):
