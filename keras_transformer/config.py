@@ -112,6 +112,11 @@ class TrainConfig:
     # Share of the run, at its end, over which the learning rate falls linearly to 0
     # (by time with a budget, else by steps); 0: the schedule as written to the end.
     cooldown_fraction: float = 0.0
+    # R-Drop (Liang et al., 2021): every training batch goes through the model twice,
+    # each pass with its own dropout, and the loss adds the two passes' symmetric KL
+    # divergence, times this α (`Transformer.compute_loss`). 0: off, as the paper
+    # trains. Each step then costs two forward and backward passes.
+    rdrop_alpha: float = 0.0
     seed: int = 0
 
 
@@ -309,6 +314,7 @@ _REQUIREMENTS = {
     "train": {
         "label_smoothing": ("in [0, 1)", _fraction),
         "cooldown_fraction": ("in [0, 1)", _fraction),
+        "rdrop_alpha": ("at least 0 (0 turns R-Drop off)", _at_least(0)),
         "learning_rate_scale": ("positive", lambda value: value > 0),
         "steps_per_epoch": ("null (one pass over the data) or at least 1",
                             _none_or(_at_least(1))),

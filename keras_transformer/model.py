@@ -84,6 +84,9 @@ class Transformer(keras.Model):
         self.normalize_first = normalize_first
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_fused_attention = use_fused_attention
+        # R-Drop (`compute_loss`): a `training.losses.RDrop`, which
+        # `training.losses.compile_model` sets where the config asks for it.
+        self.rdrop = None
 
         def embedding(name):
             return TokenEmbedding(vocabulary_size, hidden_dim, max_length, dropout,
@@ -189,6 +192,21 @@ class Transformer(keras.Model):
         source_ids, target_ids = inputs["source_ids"], inputs["target_ids"]
         encoder_output = self.encode(source_ids, training=training)
         return self.decode(target_ids, encoder_output, source_ids, training=training)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The compiled loss; in training with `self.rdrop` set, R-Drop's.
+
+        R-Drop passes the batch through the model a second time, with other dropout
+        masks, and combines both passes' losses and logits (`training.losses.RDrop`).
+        The metrics see the first pass; validation (`training=False`) computes the
+        plain loss.
+        """
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training=training)
+        if not training or self.rdrop is None:
+            return loss
+        second = self(x, training=True)
+        second_loss = super().compute_loss(x, y, second, sample_weight, training=training)
+        return self.rdrop(loss, second_loss, y, y_pred, second, sample_weight)
 
     # Entries of the decoding cache that are the same for every hypothesis of a sentence:
     # beam search keeps one row of them per sentence (`decode_step`'s `hypotheses`).

@@ -8,6 +8,7 @@ from keras_transformer.training.losses import (
     LabelSmoothedCrossEntropy,
     MaskedAccuracy,
     TargetTokens,
+    symmetric_kl_divergence,
 )
 
 # Compares float computations: also run on Eigen's kernels in CI (tests/numerics.py).
@@ -130,3 +131,88 @@ def test_portable_form_for_other_backends_matches_the_tensorflow_kernel(smoothin
     got = np.asarray(losses._portable_cross_entropy(target_ids, logits, smoothing))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert want.shape == target_ids.shape
+
+
+# --- R-Drop ---------------------------------------------------------------------------
+
+def numpy_symmetric_kl(target_ids, logits, other_logits, weights=None):
+    """½ (KL(p‖q) + KL(q‖p)) per token, written as the two divergences' definition,
+    summed over non-pad tokens times their weights, over the tokens of positive weight."""
+    log_p = numpy_log_softmax(logits.astype(np.float64))
+    log_q = numpy_log_softmax(other_logits.astype(np.float64))
+    kl_pq = (np.exp(log_p) * (log_p - log_q)).sum(axis=-1)
+    kl_qp = (np.exp(log_q) * (log_q - log_p)).sum(axis=-1)
+    mask = (target_ids != 0).astype(np.float64)
+    if weights is not None:
+        mask = mask * weights
+    return (0.5 * (kl_pq + kl_qp) * mask).sum() / (mask > 0).sum()
+
+
+def test_symmetric_kl_divergence_matches_numpy_reference():
+    target_ids, logits = make_batch(seed=3)
+    _, other_logits = make_batch(seed=4)
+    weights = np.random.default_rng(5).uniform(0.5, 2.0, size=target_ids.shape)
+    for sample_weight in (None, weights):
+        found = float(symmetric_kl_divergence(target_ids, logits, other_logits,
+                                              sample_weight))
+        expected = numpy_symmetric_kl(target_ids, logits, other_logits, sample_weight)
+        assert found == pytest.approx(expected, rel=1e-5)
+    assert float(symmetric_kl_divergence(target_ids, logits, logits)) == pytest.approx(
+        0.0, abs=1e-6)
+
+
+def _tiny_transformer(dropout):
+    from keras_transformer.model import Transformer
+    keras.utils.set_random_seed(0)
+    return Transformer(vocabulary_size=13, num_layers=1, hidden_dim=8, intermediate_dim=16,
+                       num_heads=2, dropout=dropout, max_length=8)
+
+
+def _rdrop_batch():
+    rng = np.random.default_rng(7)
+    source = rng.integers(1, 13, size=(3, 6)).astype(np.int32)
+    target = rng.integers(1, 13, size=(3, 5)).astype(np.int32)
+    source[1, 4:] = target[2, 2:] = 0
+    inputs = {"source_ids": source, "target_ids": target}
+    return inputs, np.roll(target, -1, axis=1)
+
+
+def test_rdrop_loss_is_the_papers_on_two_dropout_passes(monkeypatch):
+    from keras_transformer.config import TrainConfig
+    from keras_transformer.training.losses import compile_model
+    model = _tiny_transformer(dropout=0.3)
+    compile_model(model, TrainConfig(label_smoothing=0.1, rdrop_alpha=4.0))
+    passes = []
+    call = model.call
+    monkeypatch.setattr(model, "call", lambda *args, **kwargs: passes.append(
+        call(*args, **kwargs)) or passes[-1])
+    inputs, targets = _rdrop_batch()
+    first = model(inputs, training=True)
+    loss = float(model.compute_loss(inputs, targets, first, training=True))
+    assert len(passes) == 2  # compute_loss made the second pass
+    logits, other = (np.asarray(keras.ops.convert_to_numpy(p)) for p in passes)
+    assert not np.allclose(logits, other)  # each pass had its own dropout
+    expected = (0.5 * (numpy_label_smoothed_loss(targets, logits, 0.1)
+                       + numpy_label_smoothed_loss(targets, other, 0.1))
+                + 0.5 * 4.0 * numpy_symmetric_kl(targets, logits, other))
+    assert loss == pytest.approx(expected, rel=1e-5)
+    # Validation computes the plain loss of its one pass.
+    plain = float(model.compute_loss(inputs, targets, first, training=False))
+    assert len(passes) == 2
+    assert plain == pytest.approx(numpy_label_smoothed_loss(targets, logits, 0.1), rel=1e-5)
+
+
+def test_rdrop_is_off_by_default_and_trains_through_fit():
+    from keras_transformer.config import TrainConfig
+    from keras_transformer.training.losses import RDrop, compile_model
+    assert TrainConfig().rdrop_alpha == 0.0
+    model = _tiny_transformer(dropout=0.1)
+    compile_model(model, TrainConfig())
+    assert model.rdrop is None
+    compile_model(model, TrainConfig(rdrop_alpha=1.0))
+    assert isinstance(model.rdrop, RDrop) and model.rdrop.alpha == 1.0
+    inputs, targets = _rdrop_batch()
+    history = model.fit(inputs, targets, epochs=2, batch_size=3, verbose=0)
+    assert all(np.isfinite(history.history["loss"]))
+    with pytest.raises(ValueError, match="positive"):
+        RDrop(0.0)

@@ -1,8 +1,10 @@
 """What training minimises and reports over target tokens, padding left out (§5.4).
 
-`LabelSmoothedCrossEntropy` is the loss; `MaskedAccuracy` and `TargetTokens` are the
-metrics `fit` shows (the token count also feeds `callbacks.ThroughputLogger`);
-`compile_model` compiles a model with them and the optimizer. Nothing here imports
+`LabelSmoothedCrossEntropy` is the loss; `RDrop` combines two passes' losses with their
+`symmetric_kl_divergence` (`Transformer.compute_loss` makes the second);
+`MaskedAccuracy` and `TargetTokens` are the metrics `fit` shows (the token count also
+feeds `callbacks.ThroughputLogger`); `compile_model` compiles a model with them and
+the optimizer. Nothing here imports
 TensorFlow, so that a training step can be compiled on a machine with another Keras
 backend alone (`benchmarks/mfu.py` on a GPU machine with JAX).
 """
@@ -118,6 +120,64 @@ def _portable_cross_entropy(target_ids, logits, label_smoothing):
     return -ops.sum((labels + spread) * ops.log_softmax(logits, axis=-1), axis=-1)
 
 
+def symmetric_kl_divergence(y_true, logits, other_logits, sample_weight=None, pad_id=0):
+    """Mean over real target tokens of `½ (KL(p ‖ q) + KL(q ‖ p))`, R-Drop's term.
+
+    `p` and `q` are the softmax of two passes' logits over the same targets. Per token
+    `½ Σ_v (p_v − q_v)(log p_v − log q_v)`, which is that sum of the two divergences;
+    tokens equal to `pad_id` get weight 0, `sample_weight` multiplies, and the sum is
+    divided by the tokens of positive weight over the whole global batch, as
+    `LabelSmoothedCrossEntropy` divides (so the two add up under `tf.distribute`).
+
+    Args:
+        y_true: int tensor `(B, T)` of target ids.
+        logits, other_logits: float tensors `(B, T, V)`, the two passes' logits.
+        sample_weight: optional float tensor `(B, T)`.
+        pad_id: int. Target id that never contributes.
+
+    Returns:
+        A float32 scalar.
+
+    References:
+        - [Liang et al., 2021](https://arxiv.org/abs/2106.14448), equation 2.
+    """
+    log_p = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    log_q = ops.log_softmax(ops.cast(other_logits, "float32"), axis=-1)
+    per_token = 0.5 * ops.sum((ops.exp(log_p) - ops.exp(log_q)) * (log_p - log_q),
+                              axis=-1)  # (B, T)
+    weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), pad_id), "float32")
+    if sample_weight is not None:
+        weights = weights * ops.cast(sample_weight, "float32")
+    counted = ops.cast(ops.greater(weights, 0), "float32")
+    tokens = _sum_over_replicas(ops.stop_gradient(ops.sum(counted)))
+    return ops.divide_no_nan(ops.sum(per_token * weights), tokens)
+
+
+class RDrop:
+    """R-Drop's loss of two passes of a batch, each with its own dropout masks.
+
+    R-Drop (Liang et al., 2021, equation 3) minimises both passes' losses plus α times
+    their symmetric KL divergence. Here that sum is halved,
+    `½ (loss₁ + loss₂) + ½ α · KL` (`symmetric_kl_divergence`), so that the loss Keras
+    reports stays comparable with a run without R-Drop while α weighs the divergence
+    against the cross-entropy as in the paper (which uses α = 5 on IWSLT).
+
+    Args:
+        alpha: float > 0. The weight α of the divergence.
+        pad_id: int. Target id that never contributes.
+    """
+
+    def __init__(self, alpha, pad_id=0):
+        if not alpha > 0:
+            raise ValueError(f"R-Drop's alpha must be positive, got {alpha}.")
+        self.alpha, self.pad_id = float(alpha), pad_id
+
+    def __call__(self, loss, other_loss, y_true, logits, other_logits, sample_weight=None):
+        divergence = symmetric_kl_divergence(y_true, logits, other_logits, sample_weight,
+                                             self.pad_id)
+        return 0.5 * (loss + other_loss) + 0.5 * self.alpha * divergence
+
+
 def _sum_over_replicas(value):
     """Sums a scalar over the replicas that train in sync; unchanged on one device."""
     if keras.backend.backend() != "tensorflow":
@@ -202,6 +262,9 @@ def _token_weights(y_true, pad_id, sample_weight):
 def compile_model(model, train_config, optimizer=None, **options):
     """Compiles `model` with the label-smoothed loss and the token metrics.
 
+    A positive `train_config.rdrop_alpha` gives the model an `RDrop`, which its
+    `compute_loss` applies in training.
+
     Args:
         model: `Transformer`, built under the strategy's scope.
         train_config: `TrainConfig`.
@@ -209,6 +272,9 @@ def compile_model(model, train_config, optimizer=None, **options):
         **options: further arguments of `model.compile` (`steps_per_execution`, say).
     """
     pad_id = model.pad_id
+    # A training setting, not the architecture's: kept out of the model's config.
+    model.rdrop = (RDrop(train_config.rdrop_alpha, pad_id)
+                   if train_config.rdrop_alpha else None)
     model.compile(
         optimizer=optimizer or make_optimizer(train_config, model.hidden_dim),
         loss=LabelSmoothedCrossEntropy(train_config.label_smoothing, pad_id=pad_id),
