@@ -40,6 +40,9 @@ class ModelConfig:
     num_heads: int = 8  # h
     dropout: float = 0.1  # P_drop
     attention_dropout: float = 0.0
+    # Whole source and target tokens dropped from the embeddings in training (word
+    # dropout, `TokenEmbedding`); 0.0, as the paper.
+    token_dropout: float = 0.0
     max_length: int = 256
     pad_id: int = 0
     tie_embeddings: bool = True
@@ -414,8 +417,8 @@ def check_model_arguments(**arguments):
         fail("hidden_dim", f"it must be divisible by num_heads={arguments['num_heads']}")
     if arguments["hidden_dim"] % 2:
         fail("hidden_dim", "it must be even (sines and cosines pair up, §3.5)")
-    for name in ("dropout", "attention_dropout"):
-        if not 0.0 <= arguments[name] < 1.0:
+    for name in ("dropout", "attention_dropout", "token_dropout"):
+        if not 0.0 <= arguments.get(name, 0.0) < 1.0:
             fail(name, "it must be in [0, 1)")
     if not 0 <= arguments["pad_id"] < arguments["vocabulary_size"]:
         fail("pad_id", "it must be a token id below vocabulary_size")

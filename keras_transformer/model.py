@@ -31,6 +31,9 @@ class Transformer(keras.Model):
         num_heads: int. Attention heads (`h`); must divide `hidden_dim`.
         dropout: float. Dropout on embeddings and every sub-layer output (`P_drop`).
         attention_dropout: float. Dropout on attention weights; `0.0` as in the paper.
+        token_dropout: float. Rate at which whole source and target tokens are dropped
+            from the embeddings in training (word dropout, see `TokenEmbedding`); `0.0`
+            as in the paper.
         max_length: int. Longest source or target sequence, start/end tokens included.
         pad_id: int. The padding token id.
         tie_embeddings: bool. Share source/target embeddings and output projection
@@ -64,12 +67,12 @@ class Transformer(keras.Model):
     def __init__(self, vocabulary_size, num_layers=6, hidden_dim=512, intermediate_dim=2048,
                  num_heads=8, dropout=0.1, attention_dropout=0.0, max_length=256, pad_id=0,
                  tie_embeddings=True, normalize_first=False, layer_norm_epsilon=1e-6,
-                 use_fused_attention=False, **kwargs):
+                 use_fused_attention=False, token_dropout=0.0, **kwargs):
         config_lib.check_model_arguments(vocabulary_size=vocabulary_size, num_layers=num_layers,
                         hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
                         num_heads=num_heads, dropout=dropout,
                         attention_dropout=attention_dropout, max_length=max_length,
-                        pad_id=pad_id)
+                        pad_id=pad_id, token_dropout=token_dropout)
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
@@ -78,6 +81,7 @@ class Transformer(keras.Model):
         self.num_heads = num_heads
         self.dropout = dropout
         self.attention_dropout = attention_dropout
+        self.token_dropout = token_dropout
         self.max_length = max_length
         self.pad_id = pad_id
         self.tie_embeddings = tie_embeddings
@@ -90,7 +94,8 @@ class Transformer(keras.Model):
 
         def embedding(name):
             return TokenEmbedding(vocabulary_size, hidden_dim, max_length, dropout,
-                                  dtype=self.dtype_policy, name=name)
+                                  token_dropout=token_dropout, dtype=self.dtype_policy,
+                                  name=name)
 
         stack_arguments = dict(
             num_layers=num_layers, intermediate_dim=intermediate_dim, num_heads=num_heads,

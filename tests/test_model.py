@@ -150,12 +150,15 @@ def test_cross_attention_weights_are_returned_per_layer(model):
     np.testing.assert_allclose(cross.sum(-1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("options", [{}, {"tie_embeddings": False, "normalize_first": True}])
+@pytest.mark.parametrize("options", [{}, {"tie_embeddings": False, "normalize_first": True,
+                                          "token_dropout": 0.1}])
 def test_keras_file_round_trip_gives_identical_outputs(tmp_path, options):
     original = Transformer.from_preset("tiny", **options)
     original.save(tmp_path / "model.keras")
     restored = keras.saving.load_model(tmp_path / "model.keras")
     assert restored.get_config() == original.get_config()
+    assert all(embedding.token_dropout == options.get("token_dropout", 0.0)
+               for embedding in (restored._source_embedding, restored._target_embedding))
     np.testing.assert_array_equal(logits(restored, SOURCE, TARGET),
                                   logits(original, SOURCE, TARGET))
 
@@ -169,6 +172,7 @@ def test_from_preset_applies_overrides():
     ({"hidden_dim": 30, "num_heads": 4}, "hidden_dim=30"),
     ({"dropout": -0.1}, "dropout=-0.1"),
     ({"attention_dropout": 1.5}, "attention_dropout=1.5"),
+    ({"token_dropout": 1.0}, "token_dropout=1.0"),
     ({"num_layers": 0}, "num_layers=0"),
     ({"pad_id": 99}, "pad_id=99"),
 ])

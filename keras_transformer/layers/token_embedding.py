@@ -22,6 +22,10 @@ class TokenEmbedding(keras.layers.Layer):
         max_length: int. Number of positions with an encoding; ids beyond it are an error
             of the caller (the data pipeline and decoders respect it).
         dropout: float. Dropout rate on the sum of embeddings and positions (`P_drop`).
+        token_dropout: float. Rate at which a whole token's embedding is dropped in
+            training, before the positions are added (the kept ones scaled by
+            `1 / (1 - rate)`): word dropout (Sennrich et al., 2016; Gal and
+            Ghahramani, 2016), a regulariser for small corpora. `0.0`, as the paper.
         embeddings_initializer: initializer of the `(V, D)` matrix. Defaults to Glorot
             uniform.
         **kwargs: passed to `keras.layers.Layer`.
@@ -42,20 +46,27 @@ class TokenEmbedding(keras.layers.Layer):
 
     References:
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762), §3.4, §3.5.
+        - [Sennrich et al., 2016](https://aclanthology.org/W16-2323/) (dropout of
+          full words); [Gal and Ghahramani, 2016](https://arxiv.org/abs/1512.05287).
     """
 
     def __init__(self, vocabulary_size, hidden_dim, max_length, dropout=0.1,
-                 embeddings_initializer="glorot_uniform", **kwargs):
+                 embeddings_initializer="glorot_uniform", token_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.hidden_dim = hidden_dim
         self.max_length = max_length
         self.dropout = dropout
+        self.token_dropout = token_dropout
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=self.embeddings_initializer,
             dtype=self.dtype_policy, name="token_embedding")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        # One draw per token, broadcast over its D features: the whole vector goes.
+        self.whole_token_dropout = keras.layers.Dropout(
+            token_dropout, noise_shape=(None, None, 1), dtype=self.dtype_policy,
+            name="token_dropout") if token_dropout else None
         self.positional_encoding = sinusoidal_positional_encoding(max_length, hidden_dim)
 
     def build(self, token_ids_shape):
@@ -70,6 +81,8 @@ class TokenEmbedding(keras.layers.Layer):
         # §3.4: "we multiply those weights by √d_model".
         scale = ops.cast(math.sqrt(self.hidden_dim), self.compute_dtype)
         x = self.token_embedding(token_ids) * scale  # (B, L, D)
+        if self.whole_token_dropout is not None:
+            x = self.whole_token_dropout(x, training=training)
         positions = ops.arange(ops.shape(token_ids)[1]) + start_position  # (L,)
         encoding = ops.take(ops.convert_to_tensor(self.positional_encoding), positions,
                             axis=0)  # (L, D)
@@ -89,5 +102,6 @@ class TokenEmbedding(keras.layers.Layer):
                 "hidden_dim": self.hidden_dim,
                 "max_length": self.max_length,
                 "dropout": self.dropout,
+                "token_dropout": self.token_dropout,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer)}
