@@ -466,3 +466,20 @@ def test_serve_load_answers_every_request_hostile_one_and_fault(tmp_path, tmp_pa
     assert faults["restart_first_status"] == 200
     assert faults["sigterm_answered"] + faults["sigterm_not_accepted"] == faults[
         "sigterm_requests"] and faults["sigterm_answered"] > 0
+
+
+@pytest.mark.slow
+def test_regularization_cost_times_every_variant_on_the_same_batches(tmp_path):
+    from benchmarks import regularization_cost
+    path = tmp_path / "result.json"
+    regularization_cost.main([
+        "--preset", "tiny", "--num-pairs", "200", "--warmup-batches", "1", "--steps", "2",
+        "--variant", "rdrop_alpha=1", "--variant", "token_dropout=0.2,dropout=0.2",
+        "--json", str(path), "batch_tokens=256"])
+    result = json.loads(path.read_text())
+    rows = {row["variant"]: row for row in result["rows"]}
+    assert list(rows) == ["preset", "rdrop_alpha=1", "token_dropout=0.2,dropout=0.2"]
+    assert rows["preset"]["median_step_ratio"] == 1.0
+    assert all(row["median_step_seconds"] > 0 for row in rows.values())
+    assert len({row["parameters"] for row in rows.values()}) == 1  # same model size
+    assert result["batch_tokens"] == 256
