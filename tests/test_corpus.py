@@ -226,9 +226,29 @@ def test_a_downloaded_test_split_brings_its_tokenized_reference(
                                        cache_dir=str(cache), base_url=base_url)
     cached = cache / "datasets" / "multi30k"
     assert multi30k.tokenized_reference(reference) == str(cached / tokenized)
-    assert f"/data/{tokenized}" in QuietHandler.requests
+    # The files the split is read from come first: their failure is the one to report.
+    assert QuietHandler.requests == [f"/data/{name}" for name in names] + [
+        f"/data/{tokenized}"]
     # Validation and training are read to train: nothing more is fetched for them.
     assert multi30k.tokenized_reference(cached / "val.de.gz") is None
+
+
+def test_a_mirror_without_the_tokenized_reference_says_where_it_belongs(
+        file_server, fixture_corpus_dir, tmp_path, monkeypatch):
+    served, base_url = file_server
+    (served / "data").mkdir()
+    for name in ["test_2017_flickr.en.gz", "test_2017_flickr.de.gz"]:
+        shutil.copy(fixture_corpus_dir / name, served / "data" / name)
+        monkeypatch.setitem(multi30k.SHA256, name, hashlib.sha256(
+            (served / "data" / name).read_bytes()).hexdigest())
+    cache = tmp_path / "keras_home"
+    with pytest.raises(multi30k.DownloadError) as error:
+        corpus.corpus_files(DataConfig(), "test_2017_flickr", cache_dir=str(cache),
+                            base_url=base_url)
+    message = str(error.value)
+    assert f"{base_url}/tok/test_2017_flickr.lc.norm.tok.de" in message
+    assert "tok/<split>.lc.norm.tok.<language>" in message
+    assert os.listdir(cache / "datasets" / "multi30k" / "tok") == []
 
 
 def test_download_of_real_multi30k_file_passes_recorded_checksum(

@@ -112,10 +112,11 @@ def corpus_files(data_config, split, *, cache_dir=None, base_url=None):
     if data_config.data_dir is not None:
         return tuple(multi30k.local_file(data_config.data_dir, stem, language)
                      for language in languages)
+    paths = tuple(multi30k.download(stem, language, cache_dir=cache_dir, base_url=base_url)
+                  for language in languages)
     if stem in multi30k.TEST_SPLITS:
         # A test split is read to be scored: its tokenized reference comes along, for
         # the literature's BLEU (found beside the reference: `multi30k.tokenized_reference`).
         multi30k.download(stem, data_config.target_language, tokenized=True,
                           cache_dir=cache_dir, base_url=base_url)
-    return tuple(multi30k.download(stem, language, cache_dir=cache_dir, base_url=base_url)
-                 for language in languages)
+    return paths

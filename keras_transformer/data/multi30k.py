@@ -195,9 +195,11 @@ def download(split, language, *, tokenized=False, cache_dir=None, base_url=None)
     except Exception as error:  # Keras raises a bare Exception for a failed fetch
         _remove(path)
         cause = str(error).split(" -- ")[-1] or type(error).__name__
+        layout = ("tok/<split>.lc.norm.tok.<language>" if tokenized
+                  else "<split>.<language>.gz")
         raise DownloadError(
             f"cannot download {origin} ({cause}). Without internet, pass --data-dir DIR "
-            f"with Multi30K's files ({name} and the others: <split>.<language>.gz), or "
+            f"with Multi30K's files ({name} and the others: {layout}), or "
             f"set ${URL_ENVIRONMENT_VARIABLE} to a mirror.") from None
 
 
