@@ -305,7 +305,7 @@ class TrainingProgress(keras.callbacks.ProgbarLogger):
     Keras heads each epoch with `Epoch 3/1000`, which under a time budget is a number
     that ends nothing. This heading says what does, and how long the rest takes:
 
-        Epoch 3/127 · 9.8 min so far, about 405 min left
+        Epoch 3/127 · 3.6 min so far, about 225 min left
         Epoch 3 · 9.8 of 60 min, 50.2 min left (the time budget ends the run)
 
     The estimate of an epoch-bounded run is this `fit`'s minutes per finished epoch
