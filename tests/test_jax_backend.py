@@ -254,6 +254,46 @@ def test_the_same_batch_gives_the_same_loss_on_tensorflow_and_on_jax(tmp_path):
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
+RDROP_CODE = """
+import json, keras, numpy as np
+from keras_transformer.config import TrainConfig
+from keras_transformer.model import Transformer
+from keras_transformer.training import losses
+keras.utils.set_random_seed(3)
+model = Transformer.from_preset('tiny', vocabulary_size=60, num_layers=1, dropout=0.3,
+                                token_dropout=0.1)
+rng = np.random.default_rng(3)
+ids = rng.integers(4, 60, size=(3, 4, 9)).astype('int32')
+inputs = {'source_ids': ids[0], 'target_ids': ids[1]}
+state = [v.value for v in model.trainable_variables], [
+    v.value for v in model.non_trainable_variables]
+
+
+def training_loss(alpha):
+    # The loss of the JAX trainer's own step function, from the same state and seeds.
+    losses.compile_model(model, TrainConfig(rdrop_alpha=alpha))
+    model.optimizer.build(model.trainable_variables)
+    loss, _ = model.compute_loss_and_updates(
+        *state, [v.value for v in model.metrics_variables], inputs, ids[2], None,
+        training=True, optimizer_variables=[v.value for v in model.optimizer.variables])
+    return float(loss)
+
+
+plain, rdrop = training_loss(0.0), training_loss(2.0)
+history = model.fit(inputs, ids[2], epochs=3, batch_size=3, verbose=0)
+print(json.dumps({'plain': plain, 'rdrop': rdrop, 'fit': history.history['loss']}))
+"""
+
+
+@pytest.mark.timeout(600)  # one JAX process of at most 240 s: about 30 s
+def test_rdrop_and_word_dropout_train_on_jax_with_a_second_pass_of_its_own_masks():
+    result = json.loads(run_jax(RDROP_CODE, timeout=240).split("\n")[-2])
+    # Had the second pass drawn the first one's masks, the two losses would be equal
+    # and R-Drop's divergence 0.
+    assert result["plain"] > 1.0 and result["rdrop"] != pytest.approx(result["plain"])
+    assert all(math.isfinite(loss) for loss in result["fit"])
+
+
 EVALUATE_ON_DEVICES = """
 import json, keras
 from keras_transformer import config as config_lib
