@@ -123,6 +123,16 @@ def test_a_pattern_that_matches_nothing_names_itself(tmp_path):
                                           str(tmp_path / "out"), handler=FakeHandler())
 
 
+def test_an_input_named_otherwise_as_the_output_is_refused_and_kept(tmp_path):
+    write_inputs(tmp_path, [5])
+    before = (tmp_path / "part-0.txt").read_bytes()
+    (tmp_path / "link.txt").symlink_to(tmp_path / "part-0.txt")
+    for output in (f"{tmp_path}/./part-0.txt", tmp_path / "link.txt"):
+        with pytest.raises(ValueError, match="overwrite the input"):
+            run(tmp_path, output)
+    assert (tmp_path / "part-0.txt").read_bytes() == before
+
+
 def test_a_rewritten_chunk_leaves_one_copy(tmp_path):
     # A retried bundle writes its chunk again: the file is replaced, not doubled.
     lines = write_inputs(tmp_path, [300])
