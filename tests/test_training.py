@@ -3,6 +3,7 @@
 import gzip
 import math
 import os
+import sys
 
 import keras
 import numpy as np
@@ -405,6 +406,28 @@ def test_fit_shows_the_run_progress_bar_and_not_keras_own(capsys):
     printed = capsys.readouterr().out
     assert printed.count("of 5 min") == 3 and "Epoch 2/3" not in printed
     assert printed.count("2/2") == 3  # one bar per epoch: Keras added none of its own
+
+
+class _Stdout:
+    def __init__(self, terminal):
+        self.terminal = terminal
+
+    def isatty(self):
+        return self.terminal
+
+
+def test_a_log_file_gets_a_line_per_epoch_and_a_terminal_the_bar(monkeypatch):
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(fit.sys, "stdout", _Stdout(terminal=True))
+    assert fit.progress_verbosity("auto") == 1
+    monkeypatch.setattr(fit.sys, "stdout", _Stdout(terminal=False))
+    assert fit.progress_verbosity("auto") == 2
+    assert fit.progress_verbosity(1) == 1 and fit.progress_verbosity(0) == 0
+    monkeypatch.setattr(fit.sys, "stdout", None)  # no console at all (pythonw)
+    assert fit.progress_verbosity("auto") == 2
+    monkeypatch.setitem(sys.modules, "ipykernel", object())
+    assert fit.progress_verbosity("auto") == 1  # a notebook shows Keras's bar
+
 
 
 def test_time_budget_is_refused_in_a_worker_cluster(monkeypatch):

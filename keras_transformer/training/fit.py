@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import warnings
 
 import keras
@@ -56,7 +57,9 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
         callbacks: extra Keras callbacks, run after ours. A `BleuCallback` or
             `TranslationMonitor` only where `train.bleu_sentences` or
             `train.monitor_sentences` is 0: those fields add the run's own.
-        verbose: passed to `model.fit` (`"auto"`, 0, 1 or 2).
+        verbose: passed to `model.fit` (`"auto"`, 0, 1 or 2). `"auto"` is Keras's
+            progress bar where someone watches it (a terminal, a notebook), else one
+            line per epoch (`progress_verbosity`).
 
     Returns:
         The `keras.callbacks.History` of `model.fit`; the model is `history.model`.
@@ -69,7 +72,19 @@ def train(config, run_dir, *, callbacks=(), verbose="auto"):
     # One training per run directory; only the chief of a cluster writes into it.
     with (runs.lock_run_dir(run_dir) if distribution.is_chief()
           else contextlib.nullcontext(not os.path.exists(run_dir))) as created:
-        return _train(config, run_dir, created, callbacks, verbose)
+        return _train(config, run_dir, created, callbacks, progress_verbosity(verbose))
+
+
+def progress_verbosity(verbose):
+    """`model.fit`'s verbosity for `verbose`: `"auto"` becomes 1 (the progress bar) on
+    a terminal or in a notebook, else 2 (a line per epoch). Keras takes every Linux
+    process for a terminal and writes each step's bar into a log file (about 30 kB an
+    epoch of Multi30K)."""
+    if verbose != "auto":
+        return verbose
+    stdout_isatty = getattr(sys.stdout, "isatty", lambda: False)
+    interactive = stdout_isatty() or "ipykernel" in sys.modules
+    return 1 if interactive else 2
 
 
 def _train(config, run_dir, created, callbacks, verbose):
