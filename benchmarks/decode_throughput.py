@@ -33,6 +33,7 @@ from benchmarks import common  # noqa: E402
 from keras_transformer import decoding, files
 from keras_transformer.data.tokenizer import END_ID  # noqa: E402
 from keras_transformer.model import Transformer  # noqa: E402
+from keras_transformer.serving import litert  # noqa: E402
 from keras_transformer.serving import translator as translator_lib  # noqa: E402
 
 DECODERS = ("cached", "uncached", "beam4", "cached_xla", "uncached_xla", "beam4_xla",
@@ -137,8 +138,8 @@ def _tflite_decoder(translator, scratch, quantize=False):
     with open(path, "wb") as file:
         file.write(translator_lib.convert_to_tflite(translator, quantize=quantize))
     interpreter = InterpreterWithCustomOps(
-        model_path=path,
-        custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
+        model_path=path, custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
+        **litert.INTERPRETER_OPTIONS)
     runner = interpreter.get_signature_runner(files.GREEDY_SIGNATURE)
     return lambda sentences: runner(sentences=np.array(
         [sentence.encode() for sentence in sentences], dtype=object))["token_ids"]

@@ -229,7 +229,7 @@ class TFLiteRunner:
         try:
             self._interpreter = InterpreterWithCustomOps(
                 custom_op_registerers=litert.tf_text_kernels(), num_threads=threads,
-                **source)
+                **litert.INTERPRETER_OPTIONS, **source)
         except ValueError as error:  # LiteRT's message names no file
             name = "the TFLite model" if in_memory else os.fspath(model)
             raise ValueError(f"{name} is not a TFLite model LiteRT can load ({error}): "
