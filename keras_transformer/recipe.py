@@ -28,7 +28,7 @@ from keras_transformer import evaluation, files, runs, translate
 from keras_transformer.data import corpus
 from keras_transformer.serving import export, runners, self_check
 from keras_transformer.serving.translator import Translator
-from keras_transformer.training import averaging, fit
+from keras_transformer.training import averaging, backup, fit
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +118,9 @@ def train_once(config, run_dir):
     """Trains into `run_dir` unless a finished training is recorded there; returns it.
 
     The record (`training_record.json`) is written only after training returns, so a run
-    directory without it holds an interrupted run, which `fit.train` resumes (the
-    record's minutes then count this process's part only).
+    directory without it holds an interrupted run, which `fit.train` resumes: the
+    record's minutes then add those its backup held (each earlier process's up to its
+    last backup) to this process's, and its epochs count from the run's first.
     """
     record_path = os.path.join(run_dir, files.TRAINING_RECORD)
     if os.path.exists(record_path):
@@ -129,10 +130,12 @@ def train_once(config, run_dir):
                     record["minutes"], record["updates"])
         return record
     logger.info("Training into %s", run_dir)
+    spent_minutes = backup.read_backup_minutes(os.path.join(run_dir, files.BACKUP))
     start = time.monotonic()
     history = fit.train(config, run_dir)
     model = history.model
-    record = {"minutes": (time.monotonic() - start) / 60, "epochs": len(history.epoch),
+    record = {"minutes": spent_minutes + (time.monotonic() - start) / 60,
+              "epochs": history.epoch[-1] + 1 if history.epoch else 0,
               "updates": int(model.optimizer.iterations.numpy()),
               "parameters": int(model.count_params()),
               "final_loss": history.history.get("loss", [None])[-1],

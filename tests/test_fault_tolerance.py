@@ -25,6 +25,7 @@ from keras_transformer import files, runs
 from keras_transformer.training import backup as backup_lib
 from keras_transformer.training import callbacks as callbacks_lib
 from keras_transformer.training import fit
+from keras_transformer.training.optimization import WarmupInverseSqrtSchedule
 from tests.conftest import REPOSITORY, fixture_corpus
 
 
@@ -164,6 +165,50 @@ def test_a_resumed_epoch_ends_after_its_remaining_batches(tmp_path):
     model, history = fit(4 * position[0] + position[1], stopper)
     assert history.epoch == [1]
     assert int(model.optimizer.iterations) == 8
+
+
+def test_a_resumed_time_budget_goes_on_from_the_minutes_its_backup_holds(
+        tmp_path, monkeypatch):
+    """30 s a batch and a 3-minute budget: 6 updates, whether or not a kill at update 4
+    (backed up there, at 2 minutes) splits them between two processes."""
+    now = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])  # backup's and the budget's
+    tick = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: now.__setitem__(0, now[0] + 30))
+    x, y = small_data(batches=4)
+    stream = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
+
+    def fit_within_budget(backup_dir, *callbacks):
+        spent = backup_lib.read_backup_minutes(backup_dir)
+        start_batch = 4 * backup_lib.read_backup_position(backup_dir)[0]
+        backup = backup_lib.AtomicBackupAndRestore(backup_dir, save_freq=1,
+                                                   delete_checkpoint=False)
+        budget = callbacks_lib.TimeBudget(3, spent_minutes=spent)
+        cooldown = callbacks_lib.LearningRateCooldown(
+            WarmupInverseSqrtSchedule(hidden_dim=4, warmup_steps=2), 0.5, minutes=3,
+            spent_minutes=spent)
+        model = small_model()
+        model.fit(stream.skip(start_batch), epochs=5, steps_per_epoch=4, verbose=0,
+                  shuffle=False,
+                  callbacks=[tick, cooldown, backup, *callbacks, budget,
+                             backup.resumed_epoch_end()])
+        return model, budget, cooldown
+
+    model, _, _ = fit_within_budget(tmp_path / "whole")
+    assert int(model.optimizer.iterations) == 6
+
+    def interrupt(batch, logs):
+        if int(interrupter.model.optimizer.iterations) == 4:
+            raise Killed
+    interrupter = keras.callbacks.LambdaCallback(on_train_batch_end=interrupt)
+    with pytest.raises(Killed):
+        fit_within_budget(tmp_path / "split", interrupter)
+    assert backup_lib.read_backup_minutes(tmp_path / "split") == 2.0
+    model, budget, cooldown = fit_within_budget(tmp_path / "split")
+    assert int(model.optimizer.iterations) == 6 and budget.stopped_at_step == 6
+    assert budget.elapsed_minutes() == 3.0 and cooldown.progress() == 1.0
+    assert backup_lib.read_backup_minutes(tmp_path / "split") == 3.0
+    assert backup_lib.read_backup_minutes(tmp_path / "none") == 0.0
 
 
 def test_an_unreadable_backup_is_named(tmp_path):

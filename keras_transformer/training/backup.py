@@ -2,13 +2,16 @@
 
 `AtomicBackupAndRestore` (a `keras.callbacks.BackupAndRestore`) writes the backup and
 restores it; `read_backup_position` tells where a run resumes, so that its data can
-start there; `ResumedEpochEnd` ends the resumed epoch after its remaining batches.
+start there, and `read_backup_minutes` how long it has trained, so that a time budget
+goes on where it was; `ResumedEpochEnd` ends the resumed epoch after its remaining
+batches.
 `fit.train` uses the three together (see docs/scaling.md).
 """
 
 import json
 import os
 import shutil
+import time
 
 import h5py
 import keras
@@ -35,13 +38,17 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     are trained on twice, and the dropout masks start over (a `SeedGenerator`'s state is
     not among the weights that `save_weights` writes). Here the weights file of every
     backup also records the training position, `(epoch, batches_done)` (how many
-    batches of that epoch the weights have seen), and the state of every random
-    generator of the model. Restoring puts the generators back, and:
+    batches of that epoch the weights have seen), the minutes of training they took
+    (this process's since `fit` began plus those the restored backup held), and the
+    state of every random generator of the model. Restoring puts the generators back,
+    and:
 
     - the training data must start at that position: build it from
       `read_backup_position(backup_dir)` before `fit` (see `fit.train`);
     - the resumed epoch must end after its remaining batches: add the callback that
-      `resumed_epoch_end()` returns, after every other callback.
+      `resumed_epoch_end()` returns, after every other callback;
+    - a time budget and a cooldown by time must count the minutes spent before:
+      give them `read_backup_minutes(backup_dir)` (`fit.make_callbacks` does).
 
     With both, and deterministic ops, a resumed run makes the uninterrupted run's updates
     on the same batches with the same dropout masks, and ends with the same weights.
@@ -71,6 +78,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         super().__init__(backup_dir, **kwargs)
         self.restore_only = restore_only
         self.resumed_at = (0, 0)
+        self.resumed_minutes = 0.0
+        self._began = None  # this process's start of training, time.monotonic()
         self._batches_done = 0  # of the current epoch, counting those before a restart
         self._first_batch = 0  # batches_done before this process's first batch
         self._ended_epoch_early = False
@@ -85,6 +94,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 if files.is_stale_partial(name):
                     os.remove(os.path.join(self.backup_dir, name))
         try:
+            self._began = time.monotonic()
             expected = read_backup_position(self.backup_dir)
             super().on_train_begin(logs)
             # Keras falls back on the `.bkp` copy when the newest weights do not load;
@@ -93,6 +103,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 raise OSError("the newest backup did not load and the previous one took "
                               "its place; run the same command again to resume from it")
             self.resumed_at = expected
+            self.resumed_minutes = read_backup_minutes(self.backup_dir)
             if os.path.exists(self._weights_path):
                 # The epoch in the weights file, not the metadata's: a kill between the
                 # two renames leaves the metadata one backup behind.
@@ -150,8 +161,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 if os.path.exists(current):
                     files.replace_atomically(previous,
                                              lambda path: shutil.copyfile(current, path))
+        minutes = self.resumed_minutes + (time.monotonic() - self._began) / 60
         files.replace_atomically(self._weights_path, lambda path: _save_training_state(
-            self.model, path, (epoch, batches_done)))
+            self.model, path, (epoch, batches_done), minutes))
         metadata = json.dumps({"epoch": epoch, "batches_done": batches_done})
         files.write_text(self._training_metadata_path, metadata)
 
@@ -180,6 +192,7 @@ class ResumedEpochEnd(keras.callbacks.Callback):
 
 
 _POSITION = "training_position"
+_MINUTES = "training_minutes"
 _RANDOM_STATE = "random_state"
 
 
@@ -203,22 +216,29 @@ def read_backup_position(backup_dir):
         raise _unreadable(backup_dir, error) from error
 
 
-def _read_position(backup_dir):
-    path = os.path.join(backup_dir, files.BACKUP_WEIGHTS)
-    if not os.path.exists(path):
-        return (0, 0)
+def read_backup_minutes(backup_dir):
+    """Returns the minutes of training that the backup in `backup_dir` holds.
+
+    The wall-clock minutes from the start of training to the backup, summed over the
+    processes that resumed it (epoch-end work such as validation included, as a time
+    budget counts it); the work of a process after its last backup is lost with it, so
+    not counted. 0 when there is no backup or it records no minutes (written before
+    they were recorded, or by `keras.callbacks.BackupAndRestore` itself).
+
+    Args:
+        backup_dir: str. The `backup_dir` of an `AtomicBackupAndRestore`.
+
+    Raises:
+        BackupError: neither weights file can be read.
+    """
     try:
-        with h5py.File(path, "r") as file:
-            position = file.attrs.get(_POSITION)
-    except OSError as error:
-        if not os.path.exists(path + ".bkp"):
-            raise OSError(f"{files.BACKUP_WEIGHTS}: {error}") from error
-        try:
-            with h5py.File(path + ".bkp", "r") as file:
-                position = file.attrs.get(_POSITION)
-        except OSError as copy_error:
-            raise OSError(f"neither {files.BACKUP_WEIGHTS} nor its .bkp copy can be read: "
-                          f"{copy_error}") from error
+        return float(_read_attributes(backup_dir).get(_MINUTES, 0.0))
+    except (OSError, ValueError, TypeError) as error:
+        raise _unreadable(backup_dir, error) from error
+
+
+def _read_position(backup_dir):
+    position = _read_attributes(backup_dir).get(_POSITION)
     if position is not None:
         return tuple(int(value) for value in position)
     metadata_path = os.path.join(backup_dir, files.BACKUP_METADATA)
@@ -228,18 +248,40 @@ def _read_position(backup_dir):
         return (int(json.load(file)["epoch"]), 0)
 
 
+def _read_attributes(backup_dir):
+    """The attributes of the backup's weights file, or of its `.bkp` copy where the
+    newest does not open (as Keras falls back); {} when there is no backup."""
+    path = os.path.join(backup_dir, files.BACKUP_WEIGHTS)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with h5py.File(path, "r") as file:
+            return dict(file.attrs)
+    except OSError as error:
+        if not os.path.exists(path + ".bkp"):
+            raise OSError(f"{files.BACKUP_WEIGHTS}: {error}") from error
+        try:
+            with h5py.File(path + ".bkp", "r") as file:
+                return dict(file.attrs)
+        except OSError as copy_error:
+            raise OSError(f"neither {files.BACKUP_WEIGHTS} nor its .bkp copy can be read: "
+                          f"{copy_error}") from error
+
+
 def _random_state_variables(model):
     """The `SeedGenerator` states of `model`: the variables that are not its weights."""
     weights = {id(weight) for weight in model.weights}
     return [variable for variable in model.variables if id(variable) not in weights]
 
 
-def _save_training_state(model, path, position):
-    """Saves the weights and optimizer state, then adds the position and random state."""
+def _save_training_state(model, path, position, minutes):
+    """Saves the weights and optimizer state, then adds the position, the minutes of
+    training and the random state."""
     model.save_weights(path, overwrite=True)
     variables = _random_state_variables(model)
     with h5py.File(path, "a") as file:
         file.attrs[_POSITION] = np.asarray(position, np.int64)
+        file.attrs[_MINUTES] = float(minutes)
         file.attrs[_RANDOM_STATE] = np.asarray(
             [keras.ops.convert_to_numpy(variable) for variable in variables],
             np.int64).reshape(len(variables), 2)  # a SeedGenerator's state: 2 ints

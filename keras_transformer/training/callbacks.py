@@ -205,18 +205,22 @@ class TimeBudget(keras.callbacks.Callback):
     spent in callbacks counts. Checked again at each epoch's end, so that when that
     epoch's validation and callbacks spend what was left, no further epoch begins (one
     would run a single batch and then repeat all of that work); put it after the
-    callbacks whose epoch-end work counts. The clock starts with each `fit`, so a
-    resumed run gets a fresh budget.
+    callbacks whose epoch-end work counts. The clock starts with each `fit` at
+    `spent_minutes`: a resumed run passes the minutes its backup holds
+    (`backup.read_backup_minutes`), so that the budget spans the whole run and not
+    each process that resumed it.
 
     Args:
         minutes: float. The budget; must be positive.
+        spent_minutes: float. Minutes of the budget spent before this `fit`.
     """
 
-    def __init__(self, minutes):
+    def __init__(self, minutes, spent_minutes=0.0):
         super().__init__()
         if not minutes or minutes <= 0:
             raise ValueError(f"time_budget_minutes must be positive, got {minutes}.")
         self.minutes = float(minutes)
+        self.spent_minutes = float(spent_minutes)
         self.stopped_at_step = None
         self._start = None
 
@@ -239,21 +243,23 @@ class TimeBudget(keras.callbacks.Callback):
                         self.minutes, self.stopped_at_step, what_follows)
 
     def elapsed_minutes(self):
-        """Minutes since training began (0 before it has)."""
-        return 0.0 if self._start is None else (time.monotonic() - self._start) / 60
+        """Minutes spent: `spent_minutes` plus those since this `fit` began."""
+        if self._start is None:
+            return self.spent_minutes
+        return self.spent_minutes + (time.monotonic() - self._start) / 60
 
 
 class LearningRateCooldown(keras.callbacks.Callback):
     """Takes the learning rate linearly to 0 over the last `fraction` of a run.
 
     A run's progress is the larger of its share of weight updates (`total_updates`) and
-    its share of the time budget (`minutes`, the clock starting with each `fit` as
-    `TimeBudget`'s does). Until progress reaches `1 - fraction` the schedule runs as
-    written; from there its `multiplier` falls linearly and reaches 0 where the run
-    ends. The inverse-square-root schedule never decays to 0, so a run cut short by a
-    budget otherwise ends at a high rate on noisy weights; a cooldown lets the last
-    checkpoints (the ones averaged) settle, as in warmup-stable-decay schedules
-    ([Hägele et al., 2024](https://arxiv.org/abs/2405.18392)).
+    its share of the time budget (`minutes`, counted as `TimeBudget` counts them, from
+    `spent_minutes` at the start of each `fit`). Until progress reaches `1 - fraction`
+    the schedule runs as written; from there its `multiplier` falls linearly and
+    reaches 0 where the run ends. The inverse-square-root schedule never decays to 0,
+    so a run cut short by a budget otherwise ends at a high rate on noisy weights; a
+    cooldown lets the last checkpoints (the ones averaged) settle, as in
+    warmup-stable-decay schedules ([Hägele et al., 2024](https://arxiv.org/abs/2405.18392)).
 
     Args:
         schedule: a schedule with a `multiplier` variable (`WarmupInverseSqrtSchedule`).
@@ -262,9 +268,12 @@ class LearningRateCooldown(keras.callbacks.Callback):
             divided by `gradient_accumulation_steps`, since the optimizer's
             `iterations`, which progress is read from, counts updates.
         minutes: float or None. The run's time budget. At least one of the two is needed.
+        spent_minutes: float. Minutes of the budget spent before this `fit` (those of
+            the backup a run resumes from).
     """
 
-    def __init__(self, schedule, fraction, *, total_updates=None, minutes=None):
+    def __init__(self, schedule, fraction, *, total_updates=None, minutes=None,
+                 spent_minutes=0.0):
         super().__init__()
         if not 0 < fraction < 1:
             raise ValueError(f"cooldown_fraction must be between 0 and 1, got {fraction}.")
@@ -276,6 +285,7 @@ class LearningRateCooldown(keras.callbacks.Callback):
         self.fraction = float(fraction)
         self.total_updates = total_updates
         self.minutes = minutes
+        self.spent_minutes = float(spent_minutes)
         self._start = None
         self._multiplier = None
 
@@ -295,7 +305,8 @@ class LearningRateCooldown(keras.callbacks.Callback):
             updates = keras.ops.convert_to_numpy(self.model.optimizer.iterations)
             shares.append(int(updates) / self.total_updates)
         if self.minutes and self._start is not None:
-            shares.append((time.monotonic() - self._start) / 60 / self.minutes)
+            minutes = self.spent_minutes + (time.monotonic() - self._start) / 60
+            shares.append(minutes / self.minutes)
         return max(shares)
 
 

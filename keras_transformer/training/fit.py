@@ -93,8 +93,11 @@ def _train(config, run_dir, created, callbacks, verbose):
     try:
         splits = _read_corpus(config.data)
         config, tokenizer = prepare_run_dir(config, run_dir, splits["train"])
-        # The data resume where the backup does; the backup callback restores the rest.
-        position = backup_lib.read_backup_position(os.path.join(run_dir, files.BACKUP))
+        # The data and the time budget resume where the backup does; the backup
+        # callback restores the rest.
+        backup_dir = os.path.join(run_dir, files.BACKUP)
+        position = backup_lib.read_backup_position(backup_dir)
+        spent_minutes = backup_lib.read_backup_minutes(backup_dir)
         # Under Keras's DataParallel every device takes an equal share of each batch.
         rows_multiple = (distribution.replica_count(strategy)
                          if keras.backend.backend() != "tensorflow" else 1)
@@ -123,7 +126,8 @@ def _train(config, run_dir, created, callbacks, verbose):
                     *make_translation_callbacks(config.train, run_dir, splits["validation"]),
                     *callbacks], schedule=schedule,
                     total_updates=config.train.epochs * steps_per_epoch
-                    // config.train.gradient_accumulation_steps),
+                    // config.train.gradient_accumulation_steps,
+                    spent_minutes=spent_minutes),
                 shuffle=False, verbose=verbose)  # the pipeline shuffles
     finally:
         # The precision is this run's: what the caller builds next in this process
@@ -135,7 +139,8 @@ def _train(config, run_dir, created, callbacks, verbose):
     return history
 
 
-def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_updates=None):
+def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_updates=None,
+                   spent_minutes=0.0):
     """Returns the callbacks of a run, in the order they must run at each step.
 
     TerminateOnNaN comes first and raises, so nothing after it writes a bad state and
@@ -154,6 +159,8 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_upda
         schedule: the optimizer's `WarmupInverseSqrtSchedule` (`make_schedule`), which
             `train_config.cooldown_fraction` needs.
         total_updates: int or None. Weight updates of the whole run, for the cooldown.
+        spent_minutes: float. Minutes the run trained before this `fit`
+            (`backup.read_backup_minutes`), for the time budget and the cooldown.
     """
     every = train_config.checkpoint_every_steps
     checkpoint_dir = os.path.join(run_dir, files.CHECKPOINTS)
@@ -166,7 +173,8 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_upda
             raise ValueError("train.time_budget_minutes works on one machine only; in a "
                              "worker cluster, limit the run with train.epochs or "
                              "train.steps_per_epoch instead.")
-        budget = [callbacks_lib.TimeBudget(train_config.time_budget_minutes)]
+        budget = [callbacks_lib.TimeBudget(train_config.time_budget_minutes,
+                                           spent_minutes)]
     else:
         budget = []
     if train_config.cooldown_fraction:
@@ -175,7 +183,7 @@ def make_callbacks(train_config, run_dir, extra=(), *, schedule=None, total_upda
                              "(make_callbacks(..., schedule=make_schedule(...))).")
         callbacks.append(callbacks_lib.LearningRateCooldown(
             schedule, train_config.cooldown_fraction, total_updates=total_updates,
-            minutes=train_config.time_budget_minutes))
+            minutes=train_config.time_budget_minutes, spent_minutes=spent_minutes))
     if distribution.is_chief():
         callbacks.append(callbacks_lib.RollingCheckpoint(
             checkpoint_dir, every, train_config.keep_checkpoints))
