@@ -1,18 +1,14 @@
 """Training on Keras's JAX backend through the same `train`: the run trains, validates
-with BLEU, writes TensorBoard's scalars, resumes exactly (at an epoch's end or killed in
-the middle of one), computes TensorFlow's loss, splits batches over devices without
-changing the loss, and exports and self-checks under TensorFlow. Each JAX run is a
-subprocess (a process picks its backend once); the checks of its outputs run here, on
-TensorFlow."""
+with BLEU, writes TensorBoard's scalars, computes TensorFlow's loss, splits batches over
+devices without changing the loss, and exports and self-checks under TensorFlow
+(resumption: tests/test_jax_fault_tolerance.py). Each JAX run is a subprocess (a process
+picks its backend once); the checks of its outputs run here, on TensorFlow."""
 
 import importlib.util
 import json
 import math
 import os
-import subprocess
-import sys
 
-import h5py
 import keras
 import numpy as np
 import pytest
@@ -24,62 +20,16 @@ from keras_transformer import files
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
 from keras_transformer.model import Transformer
 from keras_transformer.serving import export, self_check
-from keras_transformer.training import backup as backup_lib
 from keras_transformer.training.bleu import SUMMARY_TAG as BLEU_TAG
 from keras_transformer.training.optimization import make_schedule
 from tests.conftest import fixture_corpus
+from tests.jax_helpers import distance, model_weights, run_jax, run_python, train_code
 
 pytestmark = [
     pytest.mark.jax,
     pytest.mark.skipif(importlib.util.find_spec("jax") is None,
                        reason="JAX is not installed (pip install -e '.[jax]')"),
 ]
-
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# A tiny run: two epochs of 6 updates, a checkpoint and a backup every 3.
-RUN = ["--preset", "tiny", "--data-dir", str(fixture_corpus()), "steps_per_epoch=6",
-       "checkpoint_every_steps=3", "log_every_steps=3"]
-# Each test's time limit says what it waits for and how long that took on 2 CPU cores
-# shared with a training job; every subprocess has a shorter limit of its own.
-
-
-def run_jax(code, *, devices=1, timeout=600):
-    """Runs `code` in a fresh process on the JAX backend (with `devices` CPU devices)."""
-    return run_python(code, {
-        "KERAS_BACKEND": "jax",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}, timeout=timeout)
-
-
-def run_python(code, environment, timeout=600):
-    """Runs `code` in a fresh process with `environment` added; returns its stdout."""
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **environment}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=timeout, cwd=REPOSITORY, env=environment)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
-def train_code(*runs):
-    """Code that trains each `(run_dir, extra arguments)` with the train command."""
-    lines = ["import keras", "assert keras.backend.backend() == 'jax'",
-             "from keras_transformer import cli"]
-    lines += [f"assert cli.main(['train', *{RUN!r}, '--run-dir', {str(run_dir)!r}, "
-              f"*{list(extra)!r}]) == 0" for run_dir, extra in runs]
-    return "\n".join(lines) + "\n"
-
-
-def model_weights(path):
-    """The model weights (not the optimizer's) of a Keras weights file, by name."""
-    with h5py.File(path, "r") as file:
-        names = []
-        file.visititems(lambda name, item: names.append(name)
-                        if isinstance(item, h5py.Dataset) else None)
-        return {name: np.asarray(file[name]) for name in names
-                if not name.startswith("optimizer")}
-
-
-def distance(a, b):
-    return math.sqrt(sum(float(np.sum((a[name] - b[name]) ** 2)) for name in a))
 
 
 @pytest.fixture(scope="module")
@@ -108,73 +58,6 @@ def test_a_run_trained_on_jax_exports_and_passes_the_self_check(jax_run):
     checks = self_check.check_run(str(jax_run), export_dir=export_dir, count=20)
     failed = [check for check in checks if check.passed is False]
     assert not failed, self_check.format_table(checks)
-
-
-# Trains like the train command, then dies at once (as a process killed by a signal
-# would) after weight update KILL_AFTER, in the middle of the second epoch.
-KILL_AFTER = 11
-KILLED_CODE = """
-import os, keras
-from keras_transformer import cli
-from keras_transformer.training import fit
-make_callbacks = fit.make_callbacks
-
-class Kill(keras.callbacks.Callback):
-    def on_train_batch_end(self, batch, logs=None):
-        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) == {step}:
-            os._exit(0)
-
-fit.make_callbacks = lambda *args, **kwargs: [*make_callbacks(*args, **kwargs), Kill()]
-cli.main(['train', *{arguments!r}])
-raise SystemExit('training ended without being killed')
-"""
-
-
-@pytest.fixture(scope="module")
-def resumed_runs(tmp_path_factory):
-    """Two epochs of 6 updates (backups every 3), trained uninterrupted, in two runs of
-    the command (stopped at the end of the first epoch), and killed after update 11,
-    then resumed from the backup of update 9, in the middle of the second epoch."""
-    root = tmp_path_factory.mktemp("resumed")
-    runs = {name: root / name for name in ("uninterrupted", "epoch_end", "mid_epoch")}
-    killed = [*RUN, "--run-dir", str(runs["mid_epoch"]), "epochs=2"]
-    run_jax(train_code((runs["uninterrupted"], ["epochs=2"]), (runs["epoch_end"], ["epochs=1"]),
-                       (runs["epoch_end"], ["epochs=2"]))
-            + KILLED_CODE.format(step=KILL_AFTER, arguments=killed))
-    backup = runs["mid_epoch"] / files.BACKUP
-    killed_at = backup_lib.read_backup_position(str(backup))
-    killed_final = (runs["mid_epoch"] / files.FINAL_WEIGHTS).exists()
-    run_jax(train_code((runs["mid_epoch"], ["epochs=2"])), timeout=300)
-    return runs, killed_at, killed_final
-
-
-@pytest.mark.timeout(1080)  # resumed_runs: JAX processes of at most 600 s and 300 s; 399 s
-def test_a_jax_run_resumed_at_an_epochs_end_ends_with_the_uninterrupted_runs_weights(
-        resumed_runs):
-    """Dropout is on: the backup must restore the random generators' state as well."""
-    runs, _, _ = resumed_runs
-    final = model_weights(runs["uninterrupted"] / files.FINAL_WEIGHTS)
-    start = model_weights(
-        runs["uninterrupted"] / files.CHECKPOINTS / files.CHECKPOINT.format(step=3))
-    assert distance(final, start) > 0.1
-    again = model_weights(runs["epoch_end"] / files.FINAL_WEIGHTS)
-    assert again.keys() == final.keys()
-    assert distance(again, final) <= 1e-6 * distance(final, start)
-
-
-@pytest.mark.timeout(1080)  # resumed_runs, as above, when this test runs first
-def test_a_jax_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(resumed_runs):
-    """The resumed run starts at the backup's batch of the second epoch, with its
-    dropout generators' state, and makes the uninterrupted run's remaining updates."""
-    runs, killed_at, killed_final = resumed_runs
-    assert killed_at == (1, 3) and not killed_final  # epoch 2 had made 3 of 6 updates
-    final = model_weights(runs["uninterrupted"] / files.FINAL_WEIGHTS)
-    start = model_weights(
-        runs["uninterrupted"] / files.CHECKPOINTS / files.CHECKPOINT.format(step=3))
-    resumed = model_weights(runs["mid_epoch"] / files.FINAL_WEIGHTS)
-    assert resumed.keys() == final.keys()
-    assert distance(resumed, final) <= 1e-6 * distance(final, start)
-    assert backup_lib.read_backup_position(str(runs["mid_epoch"] / files.BACKUP)) == (2, 0)
 
 
 def tensorboard_scalars(log_dir):
