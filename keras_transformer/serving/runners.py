@@ -275,13 +275,15 @@ class CTranslate2Runner:
     the model's whole one, as the exported `score`'s. `prefix` passes `target_prefix`
     to the exported beam search. `sample` passes `sampling_topk` and
     `sampling_temperature`, seeding CTranslate2's own generator
-    (`ctranslate2.set_random_seed`) once per distinct seed of a call, so its draws
-    differ from the exported ones and depend on the sentences called together; the
-    same call repeats them. `align` takes the beam search's translations and their
-    `return_attention` from a second, forced one-beam search (see `_forced_attention`):
-    the export set the layer and averages all its heads, as the exported `align`;
-    CTranslate2 gives no weights for START and END, whose columns are 0. Where the scores
-    would be CTranslate2's own (`prefix`, `sample`), they are `score_batch`'s.
+    (`ctranslate2.set_random_seed`) once per distinct seed and length limit of a call,
+    so its draws differ from the exported ones and depend on the sentences called
+    together; the same call repeats them. Sentences are decoded in one batch per
+    length limit (source length + `extra_length`, capped), each with its own limit.
+    `align` takes the beam search's translations and their `return_attention` from a
+    second, forced one-beam search (see `_forced_attention`): the export set the layer
+    and averages all its heads, as the exported `align`; CTranslate2 gives no weights
+    for START and END, whose columns are 0. Where the scores would be CTranslate2's own
+    (`prefix`, `sample`), they are `score_batch`'s.
 
     Args:
         directory: str. The CTranslate2 model directory.
@@ -373,12 +375,14 @@ class CTranslate2Runner:
         scores = [[0.0] for _ in pieces]
         # An empty source without a prefix translates to END alone, as exported.
         searched = [i for i, ids in enumerate(pieces) if ids or (prefixes and prefixes[i])]
-        groups = {None: searched} if searched else {}
-        if seeds is not None:  # one call per seed, after seeding CTranslate2
-            groups = {}
-            for i in searched:
-                groups.setdefault(int(seeds[i]) % 2**32, []).append(i)
-        for seed, group in groups.items():
+        # One call per limit: a hypothesis cut to a shorter limit than its batch's would
+        # keep the scores of the tokens cut off, and a beam search ends otherwise. One
+        # call per seed as well, after seeding CTranslate2.
+        groups = {}
+        for i in searched:
+            seed = None if seeds is None else int(seeds[i]) % 2**32
+            groups.setdefault((seed, limits[i]), []).append(i)
+        for (seed, limit), group in groups.items():
             options = dict(beam_size=self._beam_size, length_penalty=self._length_penalty,
                            num_hypotheses=self._hypotheses)
             if seed is not None:
@@ -390,14 +394,12 @@ class CTranslate2Runner:
                                             for i in group]
             results = self._translator.translate_batch(
                 [self._pieces(pieces[i]) for i in group],
-                max_decoding_length=max(limits[i] for i in group), min_decoding_length=1,
+                max_decoding_length=limit, min_decoding_length=1,
                 max_input_length=0, return_end_token=True, return_scores=True,
                 suppress_sequences=[[self._pad]], **options)
             for i, result in zip(group, results):
-                # One limit for the batch: cut each output to its own, as the exported
-                # translator stops each sentence at its own (greedy prefixes agree).
-                rows[i] = [[self._processor.piece_to_id(piece) for piece in hypothesis][
-                    :limits[i]] for hypothesis in result.hypotheses]
+                rows[i] = [[self._processor.piece_to_id(piece) for piece in hypothesis]
+                           for hypothesis in result.hypotheses]
                 scores[i] = list(result.scores)
         return rows, scores
 
