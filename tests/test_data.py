@@ -195,10 +195,14 @@ def test_batches_hold_one_bucket_each_and_partial_ones_are_spread_over_the_pass(
             partial_buckets.append(bucket)
     assert len(partial_buckets) == len(set(partial_buckets)) >= 2  # one per bucket at most
     # Batches in bucket order (what grouping alone gives) would train on short sentences
-    # first and long ones last, each bucket ending with its partial batch; and
-    # `bucket_by_sequence_length` emits all the partial batches last, in a row.
+    # first and long ones last, each bucket ending with its partial batch, changing
+    # bucket k - 1 times; and `bucket_by_sequence_length` emits all the partial batches
+    # last, in a row. A random order of n batches, c_b in bucket b, changes bucket
+    # (n - 1)(1 - Σ c_b (c_b - 1) / (n (n - 1))) times on average.
     changes = sum(a != b for a, b in zip(batch_buckets, batch_buckets[1:]))
-    assert changes > 2 * len(set(batch_buckets))
+    counts, n = collections.Counter(batch_buckets).values(), len(batch_buckets)
+    random_order = (n - 1) * (1 - sum(c * (c - 1) for c in counts) / (n * (n - 1)))
+    assert changes > max(len(counts) - 1, random_order / 2)
     assert partial_positions != list(range(len(batches) - len(partial_positions),
                                            len(batches)))
 
@@ -285,10 +289,28 @@ def pieces(rows, first):
             for row in rows]
 
 
+def kept_in_a_pass(pairs):
+    """Pairs a shuffled pass keeps: all but those of partial batches under
+    `MIN_PARTIAL_BATCH_FILL`, bucketed by the longest candidate of either side."""
+    boundaries = batching.bucket_boundaries(MAX_LENGTH)
+    sizes = batching.bucket_batch_sizes(boundaries, MAX_LENGTH, BATCH_TOKENS)
+    longest = [max(max(map(len, source)) + 2, max(map(len, target)) + 1)  # START, END
+               for source, target in zip(pairs.candidates.source.to_list(),
+                                         pairs.candidates.target.to_list())]
+    kept = 0
+    for bucket, count in collections.Counter(
+            np.searchsorted(boundaries, longest, side="right")).items():
+        rest = count % sizes[bucket]
+        kept += count - (rest if rest < batching.MIN_PARTIAL_BATCH_FILL * sizes[bucket] else 0)
+    return kept
+
+
 def test_subword_sampling_trains_on_other_segmentations_of_the_same_text(
         parallel_text, tokenizer, sampled_pairs):
     per_pass = batching.batches_per_pass(sampled_pairs, batch_tokens=BATCH_TOKENS,
                                      max_length=MAX_LENGTH)
+    kept = kept_in_a_pass(sampled_pairs)
+    assert kept > 0.8 * len(parallel_text.source_lines)
     stream = sampled_stream(sampled_pairs, 2 * per_pass, seed=3, repeat=True)
     every_pair = collections.Counter(zip(parallel_text.source_lines,
                                          parallel_text.target_lines))
@@ -304,8 +326,9 @@ def test_subword_sampling_trains_on_other_segmentations_of_the_same_text(
             decoded.update(zip(decode(tokenizer.detokenize(source_ids)),
                                decode(tokenizer.detokenize(target_ids))))
             segmentations += pieces(source_ids, 1) + pieces(targets, 0)
-        # Other pieces, the same sentences: a pass is still each pair once at most.
-        assert decoded <= every_pair and decoded.total() > 0.9 * every_pair.total()
+        # Other pieces, the same sentences: a pass is still each pair once at most, and
+        # every pair but those of the small partial batches left out.
+        assert decoded <= every_pair and decoded.total() == kept
         other = sum(segmentation not in most_likely for segmentation in segmentations)
         assert 0.3 < other / len(segmentations) < 1.0
         drawn.append(collections.Counter(segmentations))

@@ -225,7 +225,9 @@ def test_translate_endpoint_gives_n_best_lists_scores_and_alignments(url, saved_
     for i, answer in enumerate(answers):
         assert answer["source"] == sentences[i]
         assert answer["translation"] == aligned["translations"][i].decode()
-        assert np.float32(answer["score"]) == aligned["scores"][i]
+        # The server sorts a batch by length: float sums may differ in the last digits
+        # from the in-process call's batch (serving/batching.py).
+        np.testing.assert_allclose(answer["score"], aligned["scores"][i], rtol=1e-5)
         assert answer["source_words"] == sentences[i].split()
         assert [h["translation"] for h in answer["n_best"]] == [
             t.decode() for t in n_best["translations"][i][:2]]
