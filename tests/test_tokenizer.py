@@ -20,6 +20,7 @@ from keras_transformer.data.tokenizer import (
     UNK_ID,
     Tokenizer,
     TokenizerFileError,
+    model_type,
     train_tokenizer,
 )
 
@@ -226,12 +227,13 @@ def test_loading_garbage_model_names_the_file(tokenizer, tmp_path):
         Tokenizer(b"not a model")
 
 
-def _bpe_model(lines):
-    """A SentencePiece BPE model with the reserved ids that `Tokenizer` expects."""
+def _bpe_model(lines, model_type="bpe"):
+    """A SentencePiece model (BPE unless `model_type` says) with the reserved ids that
+    `Tokenizer` expects."""
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_writer=model, vocab_size=400,
-        hard_vocab_limit=False, model_type="bpe", pad_id=PAD_ID, unk_id=UNK_ID,
+        hard_vocab_limit=False, model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID,
         bos_id=START_ID, eos_id=END_ID, pad_piece="<pad>", unk_piece="<unk>",
         bos_piece="<s>", eos_piece="</s>", num_threads=1, minloglevel=2)
     return model.getvalue()
@@ -247,6 +249,41 @@ def test_bpe_model_is_refused_because_the_fast_tokenizer_splits_it_otherwise(
     assert by_sentencepiece != by_tf_text
     with pytest.raises(TokenizerFileError, match="model_proto: a SentencePiece BPE model"):
         Tokenizer(bpe)
+
+
+@pytest.mark.parametrize("serialized, expected", [
+    (b"", "UNIGRAM"),  # no trainer_spec: the field's default
+    (b"\x12\x02\x18\x02", "BPE"),  # trainer_spec { model_type: BPE }
+    (b"\x12\x02\x18\x02\x12\x02\x18\x04", "CHAR"),  # given twice: merged, last wins
+    (b"\x12\x00", "UNIGRAM"),  # an empty trainer_spec
+])
+def test_model_type_reads_the_wire_format_as_protobuf_does(serialized, expected):
+    assert model_type(serialized) == expected
+    proto = _sentencepiece_proto()
+    if proto is not None:
+        assert proto.TrainerSpec.ModelType.Name(
+            proto.ModelProto.FromString(serialized).trainer_spec.model_type) == expected
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe", "char", "word"])
+def test_model_type_agrees_with_sentencepieces_own_proto(fixture_corpus_dir, kind):
+    proto = _sentencepiece_proto()
+    if proto is None:
+        pytest.skip("sentencepiece's generated proto does not import with this protobuf "
+                    "(0.2.3's needs protobuf 7; the beam extra installs 6)")
+    model = _bpe_model(fixture_lines(fixture_corpus_dir), model_type=kind)
+    assert model_type(model) == proto.TrainerSpec.ModelType.Name(
+        proto.ModelProto.FromString(model).trainer_spec.model_type) == kind.upper()
+
+
+def _sentencepiece_proto():
+    """sentencepiece's generated `sentencepiece_model_pb2`, or `None` where it does not
+    import (the independent reference of `model_type`)."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2
+    except Exception:  # noqa: BLE001  protobuf's VersionError, whose module varies
+        return None
+    return sentencepiece_model_pb2
 
 
 def test_loading_corrupt_metadata_or_missing_files_names_the_file(tokenizer, tmp_path):

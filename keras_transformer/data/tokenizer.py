@@ -42,7 +42,7 @@ import numpy as np
 import sentencepiece
 import tensorflow as tf
 import tensorflow_text
-from sentencepiece import sentencepiece_model_pb2
+from google.protobuf import empty_pb2, unknown_fields
 
 from keras_transformer import files
 
@@ -52,6 +52,12 @@ from keras_transformer.files import TOKENIZER_METADATA as METADATA_FILE
 from keras_transformer.files import TOKENIZER_MODEL as MODEL_FILE
 
 logger = logging.getLogger(__name__)
+
+# Where sentencepiece_model.proto keeps the model type: ModelProto.trainer_spec is field
+# 2, TrainerSpec.model_type field 3, an enum whose default is UNIGRAM.
+TRAINER_SPEC_FIELD = 2
+MODEL_TYPE_FIELD = 3
+MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
 
 # More lines than this add seconds of training and almost nothing to the vocabulary.
 MAX_TRAINING_LINES = 2_000_000
@@ -312,12 +318,10 @@ def _parse_model(model_proto, source):
         raise TokenizerFileError(
             f"{source}: not a valid SentencePiece model ({error}). Copy it again, or "
             "train a new tokenizer with train_tokenizer().") from None
-    model = sentencepiece_model_pb2.ModelProto.FromString(bytes(model_proto))
-    if model.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
+    kind = model_type(model_proto)
+    if kind != "UNIGRAM":
         # FastSentencepieceTokenizer segments every model as a unigram model: a BPE
         # model would be split into other (and more) pieces than it was trained with.
-        kind = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(
-            model.trainer_spec.model_type)
         raise TokenizerFileError(
             f"{source}: a SentencePiece {kind} model; only unigram models tokenize "
             "correctly with tf-text's FastSentencepieceTokenizer. Train one with "
@@ -330,6 +334,28 @@ def _parse_model(model_proto, source):
             f"{source}: reserved ids must be {reserved}, found {found}. Train the model "
             "with train_tokenizer() so that ids match the model's pad_id=0.")
     return processor
+
+
+def model_type(model_proto):
+    """The type of a serialized SentencePiece model: "UNIGRAM", "BPE", "WORD" or "CHAR".
+
+    Read with protobuf's generic parser rather than sentencepiece's generated
+    `sentencepiece_model_pb2`, which is tied to one protobuf major version
+    (sentencepiece 0.2.3's refuses to import on protobuf 6, which Apache Beam needs).
+    As protobuf merges a field given twice, the last value wins.
+    """
+    found = 1  # UNIGRAM, the field's default
+    for trainer_spec in _fields(bytes(model_proto), TRAINER_SPEC_FIELD):
+        for value in _fields(trainer_spec, MODEL_TYPE_FIELD):
+            found = value
+    return MODEL_TYPES.get(found, f"type {found}")
+
+
+def _fields(message, number):
+    """The values of field `number` of a serialized protobuf message, in order."""
+    parsed = empty_pb2.Empty.FromString(message)  # every field is an unknown one
+    return [field.data for field in unknown_fields.UnknownFieldSet(parsed)
+            if field.field_number == number]
 
 
 def _read_metadata(path):
