@@ -211,6 +211,40 @@ def test_a_resumed_time_budget_goes_on_from_the_minutes_its_backup_holds(
     assert backup_lib.read_backup_minutes(tmp_path / "none") == 0.0
 
 
+def test_train_gives_a_resumed_runs_budget_and_cooldown_the_minutes_of_its_backup(
+        tmp_path, fixture_corpus_dir, monkeypatch):
+    """`fit.train`'s wiring of the test above: killed after update 5 (backed up at 4),
+    the run resumes with the minutes its backup holds, in the budget and the cooldown."""
+    spent = {"budget": [], "cooldown": []}
+
+    class Budget(callbacks_lib.TimeBudget):
+        def __init__(self, *args, **options):
+            super().__init__(*args, **options)
+            spent["budget"].append(self.spent_minutes)
+
+    class Cooldown(callbacks_lib.LearningRateCooldown):
+        def __init__(self, *args, **options):
+            super().__init__(*args, **options)
+            spent["cooldown"].append(self.spent_minutes)
+
+    monkeypatch.setattr(callbacks_lib, "TimeBudget", Budget)
+    monkeypatch.setattr(callbacks_lib, "LearningRateCooldown", Cooldown)
+    config = tiny_config(fixture_corpus_dir, "time_budget_minutes=60",
+                         "cooldown_fraction=0.5", "epochs=2")
+    run_dir = str(tmp_path / "run")
+
+    def interrupt(batch, logs):
+        if int(interrupter.model.optimizer.iterations) == 5:
+            raise Killed
+    interrupter = keras.callbacks.LambdaCallback(on_train_batch_end=interrupt)
+    with pytest.raises(Killed):
+        fit.train(config, run_dir, callbacks=[interrupter], verbose=0)
+    backed_up = backup_lib.read_backup_minutes(os.path.join(run_dir, files.BACKUP))
+    assert backed_up > 0
+    fit.train(config, run_dir, verbose=0)
+    assert spent == {"budget": [0.0, backed_up], "cooldown": [0.0, backed_up]}
+
+
 def test_an_unreadable_backup_is_named(tmp_path):
     x, y = small_data()
     backup = backup_lib.AtomicBackupAndRestore(tmp_path, save_freq=1,
