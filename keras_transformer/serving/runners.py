@@ -277,8 +277,11 @@ class CTranslate2Runner:
     `sampling_temperature`, seeding CTranslate2's own generator
     (`ctranslate2.set_random_seed`) once per distinct seed and length limit of a call,
     so its draws differ from the exported ones and depend on the sentences called
-    together; the same call repeats them. Sentences are decoded in one batch per
-    length limit (source length + `extra_length`, capped), each with its own limit.
+    together; the same call repeats them. A call decodes its sentences together up to
+    the longest of their length limits (source length + `extra_length`, capped), then
+    again, at their own limit, those whose output ran past it: greedy outputs are each
+    sentence's alone; a beam search still searching at a sentence's limit but ending
+    with shorter hypotheses (a rare repetition loop) may differ from one stopped there.
     `align` takes the beam search's translations and their `return_attention` from a
     second, forced one-beam search (see `_forced_attention`): the export set the layer
     and averages all its heads, as the exported `align`; CTranslate2 gives no weights
@@ -375,33 +378,44 @@ class CTranslate2Runner:
         scores = [[0.0] for _ in pieces]
         # An empty source without a prefix translates to END alone, as exported.
         searched = [i for i, ids in enumerate(pieces) if ids or (prefixes and prefixes[i])]
-        # One call per limit: a hypothesis cut to a shorter limit than its batch's would
-        # keep the scores of the tokens cut off, and a beam search ends otherwise. One
-        # call per seed as well, after seeding CTranslate2.
-        groups = {}
+        # One call per seed (after seeding CTranslate2) at the longest limit of its
+        # sentences, then one per limit for the sentences whose output ran past their
+        # own: cut to it, a hypothesis would keep the scores of the tokens cut off.
+        # (Splitting every batch by limit decoded beam search at 0.70x the speed.)
+        pending = {}
         for i in searched:
             seed = None if seeds is None else int(seeds[i]) % 2**32
-            groups.setdefault((seed, limits[i]), []).append(i)
-        for (seed, limit), group in groups.items():
-            options = dict(beam_size=self._beam_size, length_penalty=self._length_penalty,
-                           num_hypotheses=self._hypotheses)
-            if seed is not None:
-                self._ctranslate2.set_random_seed(seed)
-                options = dict(beam_size=1, sampling_topk=self.options["sampling_top_k"],
-                               sampling_temperature=self.options["sampling_temperature"])
-            if prefixes is not None:
-                options["target_prefix"] = [self._pieces(prefixes[i]) or None
-                                            for i in group]
-            results = self._translator.translate_batch(
-                [self._pieces(pieces[i]) for i in group],
-                max_decoding_length=limit, min_decoding_length=1,
-                max_input_length=0, return_end_token=True, return_scores=True,
-                suppress_sequences=[[self._pad]], **options)
+            pending.setdefault((seed, None), []).append(i)
+        while pending:
+            (seed, limit), group = pending.popitem()
+            results = self._translate_group(
+                [pieces[i] for i in group],
+                [prefixes[i] for i in group] if prefixes is not None else None,
+                seed, limit or max(limits[i] for i in group))
             for i, result in zip(group, results):
-                rows[i] = [[self._processor.piece_to_id(piece) for piece in hypothesis]
-                           for hypothesis in result.hypotheses]
-                scores[i] = list(result.scores)
+                hypotheses = [[self._processor.piece_to_id(piece) for piece in hypothesis]
+                              for hypothesis in result.hypotheses]
+                if limit is None and max(map(len, hypotheses)) > limits[i]:
+                    pending.setdefault((seed, limits[i]), []).append(i)
+                else:
+                    rows[i], scores[i] = hypotheses, list(result.scores)
         return rows, scores
+
+    def _translate_group(self, pieces, prefixes, seed, limit):
+        """CTranslate2's results for `pieces` (id lists) decoded with at most `limit`
+        output tokens (END included): beam search, or sampling seeded with `seed`."""
+        options = dict(beam_size=self._beam_size, length_penalty=self._length_penalty,
+                       num_hypotheses=self._hypotheses)
+        if seed is not None:
+            self._ctranslate2.set_random_seed(seed)
+            options = dict(beam_size=1, sampling_topk=self.options["sampling_top_k"],
+                           sampling_temperature=self.options["sampling_temperature"])
+        if prefixes is not None:
+            options["target_prefix"] = [self._pieces(prefix) or None for prefix in prefixes]
+        return self._translator.translate_batch(
+            [self._pieces(ids) for ids in pieces], max_decoding_length=limit,
+            min_decoding_length=1, max_input_length=0, return_end_token=True,
+            return_scores=True, suppress_sequences=[[self._pad]], **options)
 
     def _forced_attention(self, pieces, rows):
         """The attention of each of `rows` after `pieces`, decoded again as the target
