@@ -80,10 +80,19 @@ def run_in_batches(runner, sentences, batch_size):
     return sequences, texts
 
 
-def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16):
-    """Checks between the artifacts in `export_dir`; returns `(checks, greedy ids)`."""
+def load_saved_model(export_dir):
+    """The greedy `runners.SavedModelRunner` of `export_dir`'s SavedModel, for the checks
+    below to share (`with_signature`): each load takes seconds, a tenth of a check run."""
+    return runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL))
+
+
+def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16, saved=None):
+    """Checks between the artifacts in `export_dir`; returns `(checks, greedy ids)`.
+
+    `saved`: its `load_saved_model`, when loaded already.
+    """
     saved_model = os.path.join(export_dir, files.SAVED_MODEL)
-    saved = runners.SavedModelRunner(saved_model)
+    saved = saved or load_saved_model(export_dir)
     reference, texts = run_in_batches(saved, sentences, batch_size)
     checks = [Check("SavedModel: one translation per sentence",
                     len(texts) == len(sentences), f"{len(texts)}/{len(sentences)}")]
@@ -111,7 +120,8 @@ def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16):
         checks.append(quantized_agreement(quantized_path, sentences, reference, texts,
                                           batch_size))
     if files.is_ctranslate2_dir(os.path.join(export_dir, files.CTRANSLATE2)):
-        checks += ctranslate2_checks(export_dir, sentences, reference, batch_size)
+        checks += ctranslate2_checks(export_dir, sentences, reference, batch_size,
+                                     saved=saved)
     return checks, reference
 
 
@@ -131,16 +141,17 @@ def same_scores(name, expected, actual):
     return Check(name, passed, f"{expected.size} scores, at most {furthest:.2g} apart")
 
 
-def rich_decoding_checks(export_dir, sources, translator=None):
+def rich_decoding_checks(export_dir, sources, translator=None, *, saved=None):
     """Checks of the signatures beyond greedy and beam search (where exported) between
-    the artifacts and, given `translator`, the in-memory model.
+    the artifacts and, given `translator`, the in-memory model (`saved`: as in
+    `artifact_checks`).
 
     The n-best lists of `sources` must start with beam search's output; translations
     after prefixes (the first word of each beam translation, at most 12 characters)
     must start with them; every signature's ids must agree in the SavedModel, the
     TFLite file and in memory, as must its scores, and `align`'s attention.
     """
-    saved_model = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL))
+    saved_model = saved or load_saved_model(export_dir)
     tflite_path = os.path.join(export_dir, files.TFLITE)
     signatures = _exported_signatures(export_dir)
     checks = []
@@ -215,7 +226,7 @@ def _flat_sequences(outputs):
 
 
 def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
-                       min_identical=0.99):
+                       min_identical=0.99, saved=None):
     """Checks of the CTranslate2 directories against the SavedModel.
 
     Greedy ids must be identical on at least `min_identical` of the sentences: the
@@ -226,7 +237,7 @@ def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
     """
     float_dir = os.path.join(export_dir, files.CTRANSLATE2)
     runner = runners.CTranslate2Runner(float_dir)
-    saved = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL))
+    saved = saved or load_saved_model(export_dir)
     ids, texts, scores = [], [], []
     for start in range(0, len(sentences), batch_size):
         batch = sentences[start:start + batch_size]
@@ -243,8 +254,7 @@ def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
     checks = [Check("CTranslate2 greedy = SavedModel (≥ 99 %)",
                     len(ids) == len(reference)
                     and len(differing) <= (1 - min_identical) * len(reference), detail)]
-    saved_beam = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL),
-                                          runners.BEAM_SIGNATURE)
+    saved_beam = saved.with_signature(runners.BEAM_SIGNATURE)
     beam_ids, beam_texts = run_in_batches(saved_beam, sentences, batch_size)
     ctranslate2_ids, ctranslate2_texts = run_in_batches(
         runners.CTranslate2Runner(float_dir, beam=True), sentences, batch_size)
@@ -279,8 +289,9 @@ def quantized_agreement(path, sentences, reference, texts, batch_size):
                  f"translations {bleu:.1f}")
 
 
-def model_checks(translator, sentences, reference, *, export_dir, alone=16):
-    """Checks of the in-memory translator against itself and against the SavedModel."""
+def model_checks(translator, sentences, reference, *, export_dir, alone=16, saved=None):
+    """Checks of the in-memory translator against itself and against the SavedModel
+    (`saved`: as in `artifact_checks`)."""
     model = translator.model
     batch = tf.constant(runners.encode_sentences(sentences))
     greedy = token_sequences(translator.translate(batch)["token_ids"])
@@ -294,8 +305,8 @@ def model_checks(translator, sentences, reference, *, export_dir, alone=16):
                           token_sequences(cached(source_ids).ids),
                           token_sequences(uncached(source_ids).ids)))
     beam = token_sequences(translator.translate_beam(batch[:alone])["token_ids"])
-    saved_beam = runners.SavedModelRunner(os.path.join(export_dir, files.SAVED_MODEL),
-                                           runners.BEAM_SIGNATURE)
+    saved_beam = (saved or load_saved_model(export_dir)).with_signature(
+        runners.BEAM_SIGNATURE)
     checks.append(compare("beam search: in-memory = SavedModel", beam,
                           token_sequences(saved_beam(sentences[:alone])["token_ids"])))
     tflite_path = os.path.join(export_dir, files.TFLITE)
@@ -385,9 +396,11 @@ def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
                    for member in recorded["ensemble"]]
         model = Ensemble([model, *members])
     sentences = check_sentences(config, sentences_file, count)
-    checks, reference = artifact_checks(export_dir, sentences)
+    saved = load_saved_model(export_dir)
+    checks, reference = artifact_checks(export_dir, sentences, saved=saved)
     translator = Translator(model, tokenizer, **translator_options(export_dir))
-    checks += model_checks(translator, sentences, reference, export_dir=export_dir)
-    checks += rich_decoding_checks(export_dir, sentences[:16], translator)
+    checks += model_checks(translator, sentences, reference, export_dir=export_dir,
+                           saved=saved)
+    checks += rich_decoding_checks(export_dir, sentences[:16], translator, saved=saved)
     write_check_report(export_dir, checks)
     return checks
