@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 
 import h5py
 import numpy as np
@@ -15,6 +16,10 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tiny run: two epochs of 6 updates, a checkpoint and a backup every 3.
 RUN = ["--preset", "tiny", "--data-dir", str(fixture_corpus()), "steps_per_epoch=6",
        "checkpoint_every_steps=3", "log_every_steps=3"]
+# XLA's programs, kept on disk across the JAX processes of a test run (and later runs):
+# every tiny run compiles the same few batch shapes, which cost a fresh process 14 of its
+# 32 s. The cache is keyed by the program and the JAX version, so a hit is the same code.
+COMPILATION_CACHE = os.path.join(tempfile.gettempdir(), "keras_transformer_jax_cache")
 # Each test's time limit says what it waits for and how long that took on 2 CPU cores
 # shared with a training job; every subprocess has a shorter limit of its own.
 
@@ -23,7 +28,9 @@ def run_jax(code, *, devices=1, timeout=600):
     """Runs `code` in a fresh process on the JAX backend (with `devices` CPU devices)."""
     return run_python(code, {
         "KERAS_BACKEND": "jax",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}, timeout=timeout)
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "JAX_COMPILATION_CACHE_DIR": COMPILATION_CACHE,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}, timeout=timeout)
 
 
 def run_python(code, environment, timeout=600):
