@@ -165,14 +165,14 @@ def test_run_directory_stands_for_its_export_and_is_exported_when_missing(
         artifacts.resolve_artifact(str(run_dir))
     exports = []
 
-    def export_run(path):
-        exports.append(path)
+    def export_run(path, **options):
+        exports.append((path, options))
         tf.saved_model.save(stand_in, runs.saved_model_dir(path), signatures={
             files.GREEDY_SIGNATURE: stand_in.greedy})
 
     monkeypatch.setattr(exporting, "export_run", export_run)
     scores = evaluation.evaluate(str(run_dir), *text_files, verbose=False)
-    assert exports == [str(run_dir)]
+    assert exports == [(str(run_dir), {"tflite": False})]  # the SavedModel, all it reads
     assert scores["artifact"] == str(run_dir / "export" / "saved_model")
     _assert_sacrebleu_scores(scores, _direct_outputs(scores["artifact"],
                                                      files.GREEDY_SIGNATURE))

@@ -86,6 +86,11 @@ def test_the_python_api_runs_as_written(tmp_path, fixture_corpus_dir, monkeypatc
     translations = namespace["translate"](["A man is riding a bicycle."])
     assert len(translations) == 1 and isinstance(translations[0], str)
     assert (tmp_path / "runs" / "tiny-api" / "model.weights.h5").exists()
+    # Exported on the way, as a run without an export is: the SavedModel it translates
+    # with, without the TFLite files (`export` writes those).
+    export_dir = tmp_path / "runs" / "tiny-api" / files.EXPORT_DIR
+    assert sorted(path.name for path in export_dir.iterdir()) == sorted([
+        files.SAVED_MODEL, files.TOKENIZER_MODEL, files.REPORT_JSON, files.REPORT_MARKDOWN])
     exec(compile(ast.Module([last], []), "README.md", "exec"), namespace)
     assert namespace["model"].count_params() == 63_082_496
 

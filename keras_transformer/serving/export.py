@@ -47,7 +47,8 @@ SIGNATURE_SUMMARIES = {
 }
 
 
-def export_translator(translator, directory, *, quantize=True, ctranslate2=False, run=None):
+def export_translator(translator, directory, *, tflite=True, quantize=True, ctranslate2=False,
+                      run=None):
     """Writes the SavedModel, TFLite files and report of `translator` into `directory`.
 
     All or nothing: the export is written into a folder of its own beside `directory`
@@ -58,6 +59,7 @@ def export_translator(translator, directory, *, quantize=True, ctranslate2=False
     Args:
         translator: `translator.Translator` of the trained model.
         directory: str. Output directory: new, empty, or an earlier export (replaced).
+        tflite: bool. Write the TFLite files; without them, the SavedModel alone.
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
         ctranslate2: bool. Also write CTranslate2 model directories, float32 and int8
             (`ctranslate2_export`; needs the `ctranslate2` extra).
@@ -78,7 +80,7 @@ def export_translator(translator, directory, *, quantize=True, ctranslate2=False
     staged = export_folder.staging_folder(directory)
     try:
         report = _write_artifacts(translator, staged, export_folder.new_export_id(),
-                                  quantize, ctranslate2_export)
+                                  tflite, quantize, ctranslate2_export)
         if run is not None:
             report["run"] = run
         write_report(staged, report)
@@ -99,7 +101,7 @@ def _check_replaceable(directory):
         raise ValueError(f"{directory} is a file: name a folder to export into.")
 
 
-def _write_artifacts(translator, directory, export_id, quantize, ctranslate2_export):
+def _write_artifacts(translator, directory, export_id, tflite, quantize, ctranslate2_export):
     """Writes every artifact into the empty `directory`; returns the report."""
     # The tokenizer inside the artifacts, for who counts tokens without them.
     tokenizer_path = os.path.join(directory, files.TOKENIZER_MODEL)
@@ -131,7 +133,7 @@ def _write_artifacts(translator, directory, export_id, quantize, ctranslate2_exp
     }
     for key, name, quantized in (("tflite", TFLITE, False),
                                  ("tflite_dynamic_range", TFLITE_QUANTIZED, True)):
-        if quantized and not quantize:
+        if not tflite or (quantized and not quantize):
             continue
         report[key] = _export_tflite(translator, os.path.join(directory, name),
                                      quantized, export_id)
@@ -168,7 +170,7 @@ def _export_tflite(translator, path, quantize, export_id):
 
 
 def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
-               output_dir=None, quantize=True, ensemble=(), ctranslate2=False,
+               output_dir=None, tflite=True, quantize=True, ensemble=(), ctranslate2=False,
                **translator_options):
     """Exports the run in `run_dir` and writes the report beside the artifacts.
 
@@ -182,6 +184,7 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
         beam_size: int. Beam size of the beam_search signature.
         length_penalty: float. Its α.
         output_dir: str. Where to write; `RUN_DIR/export` by default.
+        tflite: bool. Write the TFLite files; without them, the SavedModel alone.
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
         ensemble: run directories of further models, trained with this run's
             tokenizer, whose probabilities the artifact averages with this run's
@@ -229,7 +232,7 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
         run["ensemble"] = [
             {"run_dir": os.path.abspath(member), "weights": os.path.abspath(path)}
             for member, path in zip(ensemble, weight_paths[1:])]
-    report = export_translator(translator, output_dir, quantize=quantize,
+    report = export_translator(translator, output_dir, tflite=tflite, quantize=quantize,
                                ctranslate2=ctranslate2, run=run)
     return output_dir, report
 
