@@ -9,7 +9,9 @@
    weights (the best-validation-BLEU checkpoint, the newest one, or the mean of the
    newest 2, 3, … checkpoints), then the beam size and length penalty α;
 3. record the choice in the run directory (`runs.Choice`: what `export`, `translate`
-   and `evaluate` then use on it by default), export it, and check the export;
+   and `evaluate` then use on it by default), export it, and check the export (kept
+   when run again on a run whose export holds this choice and passed: `export.
+   matching_export`);
 4. score the exported SavedModel (what is served is what is scored) on validation, then
    on each test split of the corpus, beam and greedy, with sacreBLEU's BLEU and chrF.
 
@@ -91,16 +93,28 @@ def _run_recipe(config, run_dir, choices, check, batch_size):
         length_penalty=selection["length_penalty"],
         chosen_by=f"recipe: {selection['weights']}, validation BLEU "
                   f"{selection['bleu']:.2f} on {selection['sentences']} sentences")
-    export_dir, _ = export.export_run(run_dir, quantize=check)
+    export_dir = os.path.join(run_dir, files.EXPORT_DIR)
+    # A recipe run again (after an interruption while scoring, say) keeps an export that
+    # holds its choice and passed its self-check: exporting and checking cost minutes.
+    kept = export.matching_export(
+        export_dir, run_dir, selection["weights_path"], beam_size=selection["beam_size"],
+        length_penalty=selection["length_penalty"], quantize=check)
+    checks = self_check.passed_checks(export_dir) if kept and check else None
+    if kept and (checks or not check):
+        logger.info("Kept export %s in %s: it holds this choice%s.", kept["export_id"],
+                    export_dir, " and passed its self-check" if check else "")
+    else:
+        export.export_run(run_dir, quantize=check)
+        if check:
+            checks = self_check.check_run(run_dir, export_dir=export_dir)
+        else:
+            logger.info("Exported to %s (no self-check: --no-check)", export_dir)
     result = {"config": json.loads(config.to_json()), "training": record,
               "selection": selection, "export_dir": export_dir}
     if check:
-        checks = self_check.check_run(run_dir, export_dir=export_dir)
         result["check"] = [check._asdict() for check in checks]
         logger.info("%s", self_check.summary(checks, export_dir))
         self_check.raise_on_failure(checks)
-    else:
-        logger.info("Exported to %s (no self-check: --no-check)", export_dir)
     saved_model = os.path.join(export_dir, files.SAVED_MODEL)
     translations_dir = os.path.join(run_dir, files.TRANSLATIONS)
     os.makedirs(translations_dir, exist_ok=True)

@@ -17,6 +17,7 @@ model code is imported by the functions that build a model.
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import socket
@@ -147,6 +148,26 @@ def load_weights(model, path):
             "corrupt, or was written by a model of another config: load another one "
             "(weights='latest', 'final', 'averaged' or a path), or train again."
         ) from error
+
+
+def weights_sha256(path):
+    """Returns the SHA-256 of the arrays in the Keras weights file `path`, by name.
+
+    The same weights give the same digest however often they are written: the bytes of
+    an HDF5 file written twice differ (averaged.weights.h5, each time the recipe runs).
+    """
+    import h5py  # Imported here: only exports need it.
+
+    digest = hashlib.sha256()
+
+    def add(name, item):
+        if isinstance(item, h5py.Dataset):
+            digest.update(f"{name}:{item.dtype.str}:{item.shape};".encode())
+            digest.update(item[()].tobytes())
+
+    with h5py.File(path, "r") as file:
+        file.visititems(add)  # in name order
+    return digest.hexdigest()
 
 
 class TokenizerMismatchError(ValueError):

@@ -269,3 +269,87 @@ def test_export_command_then_check_command_pass(exported, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert re.search(r"Exported SavedModel, \.tflite: self-check (\d+)/\1 passed",
                      result.stdout), result.stdout
+
+
+def test_an_export_matches_only_the_weights_choice_and_artifacts_it_holds(tmp_path,
+                                                                          monkeypatch):
+    """What lets the recipe keep an export when run again: every difference is seen."""
+    import json
+
+    import h5py
+    import numpy as np
+
+    from keras_transformer import config as config_lib
+    from keras_transformer import runs
+    from keras_transformer.serving import export, export_folder
+
+    run_dir, config = tmp_path / "run", config_lib.Config()
+    export_dir = run_dir / files.EXPORT_DIR
+    export_dir.mkdir(parents=True)
+    (run_dir / files.CONFIG).write_text(config.to_json(), encoding="utf-8")
+    weights = run_dir / files.AVERAGED_WEIGHTS
+
+    def write_weights(value):
+        with h5py.File(weights, "w") as file:
+            file["layer/kernel"] = np.full((2, 3), value, np.float32)
+
+    write_weights(1.0)
+    digest = runs.weights_sha256(str(weights))
+    write_weights(1.0)  # the same values again: HDF5 writes other bytes
+    assert runs.weights_sha256(str(weights)) == digest
+    report = {"export_id": "e1", "versions": export.library_versions(),
+              "run": {"weights": str(weights), "weights_sha256": digest,
+                      "config": json.loads(config.to_json())},
+              "translator": {"beam_size": 4, "length_penalty": 1.0},
+              "saved_model": {"signatures": {name: "" for name in files.SIGNATURES}},
+              "tflite": {}, "tflite_dynamic_range": {}}
+
+    # A whole folder of one export, as far as `export_folder.check_consistent` (tested
+    # in test_export_folder.py) can tell; its verdict is planted at the end.
+    monkeypatch.setattr(export_folder, "check_consistent", lambda folder: None)
+
+    def matches(written=report, **given):
+        (export_dir / files.REPORT_JSON).write_text(json.dumps(written), encoding="utf-8")
+        given = {"beam_size": 4, "length_penalty": 1.0, "quantize": True, **given}
+        return export.matching_export(str(export_dir), str(run_dir), str(weights), **given)
+
+    assert matches() == report
+    assert matches(beam_size=5) is None and matches(length_penalty=0.6) is None
+    assert matches(quantize=False) is None
+    assert matches({**report, "versions": {**report["versions"], "keras": "0"}}) is None
+    assert matches({**report, "ctranslate2": {}}) is None
+    assert matches({**report, "saved_model": {"signatures": {
+        name: "" for name in files.TRANSLATING_SIGNATURES}}}) is None
+    assert matches({key: value for key, value in report.items() if key != "run"}) is None
+    write_weights(1.5)  # the same file, other weights
+    assert matches() is None
+    write_weights(1.0)
+    assert matches() == report
+    (run_dir / files.CONFIG).write_text(config_lib.Config(
+        train=config_lib.TrainConfig(seed=1)).to_json(), encoding="utf-8")
+    assert matches() is None
+    (run_dir / files.CONFIG).write_text(config.to_json(), encoding="utf-8")
+
+    def mismatch(folder):
+        raise export_folder.ExportMismatchError("planted")
+
+    monkeypatch.setattr(export_folder, "check_consistent", mismatch)
+    assert matches() is None
+
+
+def test_passed_checks_are_those_of_this_export_when_none_failed(tmp_path):
+    import json
+
+    (tmp_path / files.REPORT_JSON).write_text('{"export_id": "e1"}', encoding="utf-8")
+    assert self_check.passed_checks(str(tmp_path)) is None  # not checked yet
+
+    def written(export_id, *passed):
+        (tmp_path / files.CHECK_REPORT).write_text(json.dumps({"export_id": export_id,
+            "checks": [self_check.Check(f"c{i}", p, "")._asdict()
+                       for i, p in enumerate(passed)]}), encoding="utf-8")
+        return self_check.passed_checks(str(tmp_path))
+
+    assert written("e1", True, None) == [self_check.Check("c0", True, ""),
+                                         self_check.Check("c1", None, "")]
+    assert written("e1", True, False) is None
+    assert written("e0", True) is None  # the check of an earlier export

@@ -10,7 +10,7 @@ import pytest
 import sacrebleu
 
 from benchmarks import quality
-from keras_transformer import evaluation, recipe
+from keras_transformer import evaluation, files, recipe
 from keras_transformer.data import multi30k
 from keras_transformer.data.text import read_lines
 from keras_transformer.training import callbacks as callbacks_lib
@@ -124,10 +124,18 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
             assert scores["artifact"].endswith("saved_model") and scores["beam"] == (
                 decoder == "beam")
 
-    # Again on the finished run: training is not repeated, and a second row is added.
+    # Again on the finished run: training is not repeated, nor the export, which holds
+    # the same choice (the benchmark exports without the self-check); a second row is
+    # added.
+    def export_id():
+        report = run_dir / files.EXPORT_DIR / files.REPORT_JSON
+        return json.loads(report.read_text(encoding="utf-8"))["export_id"]
+
+    first_export = export_id()
     assert quality.main([*arguments, "--json", str(tmp_path / "second.json")]) == 0
     second = json.loads((tmp_path / "second.json").read_text(encoding="utf-8"))
     assert second["training"] == first["training"]
+    assert export_id() == first_export
     # The same translations give the same bytes: the gzip header holds no time or name.
     name = "test_2017_mscoco"
     assert ((tmp_path / second["translations"][name]["beam"]).read_bytes()

@@ -114,7 +114,7 @@ def _write_artifacts(translator, directory, export_id, tflite, quantize, ctransl
     report = {
         "export_id": export_id,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "versions": _versions(),
+        "versions": library_versions(),
         "translator": {"max_source_length": translator.model.max_length,
                        "max_output_length": translator.max_output_length,
                        "extra_length": translator.extra_length,
@@ -225,6 +225,7 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
                                            length_penalty=length_penalty,
                                            **translator_options)
     run = {"run_dir": os.path.abspath(run_dir), "weights": os.path.abspath(weight_paths[0]),
+           "weights_sha256": runs.weights_sha256(weight_paths[0]),
            "config": json.loads(config.to_json())}
     if choice is not None:
         run["choice"] = dataclasses.asdict(choice)
@@ -235,6 +236,37 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
     report = export_translator(translator, output_dir, tflite=tflite, quantize=quantize,
                                ctranslate2=ctranslate2, run=run)
     return output_dir, report
+
+
+def matching_export(directory, run_dir, weights_path, *, beam_size, length_penalty,
+                    quantize=True):
+    """Returns the report of the export in `directory` if it holds what `export_run`
+    would write there now, else `None`.
+
+    That is: a whole export (`export_folder.check_consistent`) of `run_dir`'s model with
+    the weights of `weights_path` (the same values: `runs.weights_sha256`), the run's
+    config, this beam size and α, every signature, the TFLite files (`quantize`: the
+    int8 one too) and no others, written with the versions of TensorFlow, tf-text, Keras
+    and LiteRT installed now.
+    """
+    try:
+        with open(os.path.join(directory, REPORT_JSON), encoding="utf-8") as file:
+            report = json.load(file)
+        export_folder.check_consistent(directory)
+        run, translator = report["run"], report["translator"]
+        config = runs.load_config(run_dir)
+        same = (run["weights"] == os.path.abspath(weights_path)
+                and run.get("weights_sha256") == runs.weights_sha256(weights_path)
+                and run["config"] == json.loads(config.to_json())
+                and not run.get("ensemble") and "ctranslate2" not in report
+                and (translator["beam_size"], translator["length_penalty"])
+                == (beam_size, length_penalty)
+                and sorted(report["saved_model"]["signatures"]) == sorted(files.SIGNATURES)
+                and "tflite" in report and ("tflite_dynamic_range" in report) == quantize
+                and report["versions"] == library_versions())
+    except (OSError, ValueError, KeyError, TypeError):  # none, broken, or of another form
+        return None
+    return report if same else None
 
 
 def write_report(directory, report):
@@ -290,7 +322,7 @@ def report_markdown(report):
     return "\n".join(lines)
 
 
-def _versions():
+def library_versions():
     return {"tensorflow": tf.__version__, "tensorflow_text": tensorflow_text.__version__,
             "keras": keras.__version__,
             "ai_edge_litert": getattr(ai_edge_litert, "__version__", "installed")}

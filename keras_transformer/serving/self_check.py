@@ -374,6 +374,22 @@ def write_check_report(export_dir, checks):
         indent=2) + "\n")
 
 
+def passed_checks(export_dir):
+    """Returns the `Check`s of `check_report.json` if they are of the export in
+    `export_dir` and none failed, else `None`."""
+    try:
+        with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
+            export_id = json.load(file)["export_id"]
+        with open(os.path.join(export_dir, files.CHECK_REPORT), encoding="utf-8") as file:
+            report = json.load(file)
+        checks = [Check(**check) for check in report["checks"]]
+    except (OSError, ValueError, KeyError, TypeError):  # none, broken, or of another form
+        return None
+    if report.get("export_id") != export_id or any(c.passed is False for c in checks):
+        return None
+    return checks
+
+
 def check_sentences(config, sentences_file=None, count=100):
     """Returns the sentences to check: a file's lines, or the run's validation sources."""
     if sentences_file:
