@@ -18,6 +18,28 @@ hypothesis.settings.register_profile("reproducible", derandomize=True, database=
 hypothesis.settings.register_profile("explore", print_blob=True)
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 
+# The test files that take longest, longest first (CI's durations on 2 cores): they start
+# first, so that no test process is left running one of them while the others idle.
+# pytest-xdist hands files out in collection order (`--no-loadscope-reorder`, in
+# pyproject.toml: by default it puts files of few tests, the long ones here, last).
+LONGEST_FILES = (
+    # the default run
+    "test_readme.py", "test_commands.py", "test_artifacts_agree.py",
+    "test_quality_benchmark.py", "test_server.py", "test_rich_signatures.py",
+    "test_decoding.py",
+    # `-m "slow or jax"`
+    "test_jax_backend.py", "test_benchmarks.py", "test_jax_fault_tolerance.py",
+    "test_export.py", "test_notebooks.py", "test_alignment_trained.py",
+    "test_export_folder.py", "test_fault_tolerance.py", "test_ensemble.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    """Runs the `LONGEST_FILES` first, in that order; the others after, as collected."""
+    rank = {name: position for position, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
+
+
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 MULTI30K_FILES = tuple(f"{split}.{language}.gz" for split in (
