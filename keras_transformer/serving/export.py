@@ -323,6 +323,7 @@ def report_markdown(report):
 
 
 def library_versions():
+    """The versions of the libraries an export was written with, as its report keeps them."""
     return {"tensorflow": tf.__version__, "tensorflow_text": tensorflow_text.__version__,
             "keras": keras.__version__,
             "ai_edge_litert": getattr(ai_edge_litert, "__version__", "installed")}
