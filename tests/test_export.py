@@ -170,6 +170,29 @@ def test_self_check_passes_on_the_tiny_export(exported):
     assert [check.passed for check in checks if "quantized" in check.name] == [None]
 
 
+def test_self_check_makes_the_translator_the_export_recorded(tmp_path):
+    # check_run compares the export with an in-memory translator made from the options
+    # in its report: one option lost there (e.g. `--sampling-topk`) fails a sound export.
+    import json
+
+    from keras_transformer.model import Transformer
+    from keras_transformer.serving.translator import OPTIONS, Translator
+    from tests.export_helpers import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
+    exported = Translator(model, tokenizer, max_output_length=20, extra_length=7,
+                          beam_size=3, length_penalty=0.9, n_best=2, sampling_top_k=5,
+                          sampling_temperature=0.5, alignment_layer=1)
+    defaults = Translator(model, tokenizer).settings()
+    assert all(exported.settings()[name] != defaults[name]
+               for name in OPTIONS)
+    (tmp_path / files.REPORT_JSON).write_text(
+        json.dumps({"translator": exported.settings()}), encoding="utf-8")
+    remade = Translator(model, tokenizer, **self_check.translator_options(str(tmp_path)))
+    assert remade.settings() == exported.settings()
+
+
 def test_compare_reports_the_first_difference():
     check = self_check.compare("x", [(5, 3), (6, 3)], [(5, 3), (7, 3)])
     assert not check.passed and "1/2" in check.detail and "sentence 1" in check.detail
@@ -259,7 +282,9 @@ def test_export_command_then_check_command_pass(exported, tmp_path):
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(validation_sentences()[:8]) + "\n", encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "export", str(run_dir), "--no-quantize"],
+        # Sampling options other than the defaults: the check must sample as exported.
+        [sys.executable, "-m", "export", str(run_dir), "--no-quantize",
+         "--sampling-topk", "3", "--temperature", "0.5"],
         capture_output=True, text=True, timeout=600, cwd=REPOSITORY, env=ENVIRONMENT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert os.path.exists(run_dir / files.EXPORT_DIR / files.REPORT_MARKDOWN)

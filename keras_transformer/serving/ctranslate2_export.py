@@ -123,15 +123,7 @@ def export_ctranslate2(translator, export_dir, export_id=None):
     Returns:
         The report entry (a JSON-ready dict) of the two directories.
     """
-    options = {"max_source_length": translator.model.max_length,
-               "max_output_length": translator.max_output_length,
-               "extra_length": translator.extra_length,
-               "beam_size": translator.beam_size,
-               "length_penalty": translator.length_penalty,
-               "n_best": translator.n_best,
-               "sampling_top_k": translator.sampling_top_k,
-               "sampling_temperature": translator.sampling_temperature,
-               "alignment_layer": translator.alignment_layer}
+    options = translator.settings()
     entry = {"ctranslate2": ctranslate2.__version__, "translator": options}
     for name, quantization in QUANTIZATIONS.items():
         # Each spec is quantized in place when saved: build a fresh one per directory.

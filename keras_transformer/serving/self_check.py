@@ -28,6 +28,7 @@ from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, PAD_ID
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.serving import export_folder, runners
+from keras_transformer.serving import translator as translator_lib
 from keras_transformer.serving.translator import Translator
 
 # How far scores of two runtimes may lie apart (`same_scores`): float32 sums of up to
@@ -360,9 +361,9 @@ def translator_options(export_dir):
     """Returns the `Translator` options recorded in the export report."""
     with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
         recorded = json.load(file)["translator"]
-    return {name: recorded[name] for name in
-            ("max_output_length", "extra_length", "beam_size", "length_penalty", "n_best")
-            if name in recorded}  # n_best: not in reports of older exports
+    # Reports of older exports lack the options added since: `Translator`'s defaults
+    # stand in for them.
+    return {name: recorded[name] for name in translator_lib.OPTIONS if name in recorded}
 
 
 def write_check_report(export_dir, checks):

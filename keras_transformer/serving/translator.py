@@ -88,6 +88,13 @@ DEFAULT_N_BEST = 4
 CACHE_CHUNK = 8
 
 
+# The options of `Translator` that decide what its signatures output: an export records
+# them (`Translator.settings`), and its self-check makes the in-memory translator with
+# the same ones.
+OPTIONS = ("max_output_length", "extra_length", "beam_size", "length_penalty", "n_best",
+           "sampling_top_k", "sampling_temperature", "alignment_layer")
+
+
 class Translator(tf.Module):
     """Translates a batch of sentences with a `Transformer` and its `Tokenizer`.
 
@@ -179,6 +186,13 @@ class Translator(tf.Module):
     def model(self):
         """The `Transformer` (not saved as an object; its variables are)."""
         return self._untracked.model
+
+    def settings(self):
+        """Returns the decoding settings of this translator as a JSON-ready dict, the
+        form export reports and CTranslate2's `translator.json` record them in: the
+        model's `max_source_length` and the `OPTIONS` it was made with."""
+        return {"max_source_length": self.model.max_length,
+                **{name: getattr(self, name) for name in OPTIONS}}
 
     def source_ids(self, sentences):
         """Returns int32 `(B, S)` source ids: see `source_ids`."""
