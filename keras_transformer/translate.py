@@ -323,9 +323,8 @@ class LoadedTranslator:
         size, α and n are the artifact's (`export --n-best`); sentences with fewer
         hypotheses (an empty one has one) get shorter lists.
         """
-        return [formats.hypotheses(row) for window in output_windows(
-                    self.signature_runner(files.N_BEST_SIGNATURE), list(sentences),
-                    **self.batching) for row in window]
+        return [formats.hypotheses(row)
+                for row in self._rows(files.N_BEST_SIGNATURE, list(sentences))]
 
     def score(self, sentences, translations):
         """Returns how likely the model finds each given translation of each sentence.
@@ -341,9 +340,8 @@ class LoadedTranslator:
         if len(sentences) != len(translations):
             raise ValueError(f"{len(sentences)} sentences but {len(translations)} "
                              "translations: give one translation per sentence.")
-        return [formats.scored(row) for window in output_windows(
-                    self.signature_runner(files.SCORE_SIGNATURE), sentences,
-                    second=translations, **self.batching) for row in window]
+        return [formats.scored(row)
+                for row in self._rows(files.SCORE_SIGNATURE, sentences, translations)]
 
     def prefix(self, sentences, prefixes):
         """Returns the translations (list of str) of `sentences` that start with the
@@ -356,9 +354,8 @@ class LoadedTranslator:
         if len(sentences) != len(prefixes):
             raise ValueError(f"{len(sentences)} sentences but {len(prefixes)} prefixes: "
                              "give one prefix per sentence.")
-        return [formats.one_line(row["translations"]) for window in output_windows(
-                    self.signature_runner(files.PREFIX_SIGNATURE), sentences,
-                    second=prefixes, **self.batching) for row in window]
+        return [formats.one_line(row["translations"])
+                for row in self._rows(files.PREFIX_SIGNATURE, sentences, prefixes)]
 
     def sample(self, sentences, seed=0):
         """Returns one sampled translation (list of str) of each sentence.
@@ -377,17 +374,22 @@ class LoadedTranslator:
         if len(seeds) != len(sentences):
             raise ValueError(f"{len(sentences)} sentences but {len(seeds)} seeds: give "
                              "one seed, or one per sentence.")
-        return [formats.one_line(row["translations"]) for window in output_windows(
-                    self.signature_runner(files.SAMPLE_SIGNATURE), sentences,
-                    second=seeds, **self.batching) for row in window]
+        return [formats.one_line(row["translations"])
+                for row in self._rows(files.SAMPLE_SIGNATURE, sentences, seeds)]
 
     def align(self, sentences):
         """Returns each sentence's beam-search translation with its word alignment: a
         `formats.Aligned` (`translation`, `alignment`: the sorted (source word,
         translation word) pairs, `attention`: the token-level weights)."""
-        return [formats.aligned(row) for window in output_windows(
-                    self.signature_runner(files.ALIGN_SIGNATURE), list(sentences),
-                    **self.batching) for row in window]
+        return [formats.aligned(row)
+                for row in self._rows(files.ALIGN_SIGNATURE, list(sentences))]
+
+    def _rows(self, signature, sentences, second=None):
+        """Yields the signature's output row of each sentence (given `second`, the list
+        of its second inputs), in windows as `output_windows` batches them."""
+        for window in output_windows(self.signature_runner(signature), sentences,
+                                     second=second, **self.batching):
+            yield from window
 
 
 def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, greedy=False,
