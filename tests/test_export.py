@@ -170,6 +170,26 @@ def test_self_check_passes_on_the_tiny_export(exported):
     assert [check.passed for check in checks if "quantized" in check.name] == [None]
 
 
+def test_self_check_of_a_greedy_only_export_checks_what_it_holds(exported, tmp_path):
+    # `export --signatures serving_default`: no beam search to compare with.
+    from keras_transformer.serving import export
+    from keras_transformer.serving.translator import Translator
+
+    translator = Translator(exported.translator.model, exported.translator.tokenizer,
+                            signatures=[files.GREEDY_SIGNATURE])
+    directory = str(tmp_path / "greedy")
+    export.export_translator(translator, directory, tflite=False)
+    sentences = list(validation_sentences())[:8]
+    checks, reference = self_check.artifact_checks(directory, sentences, alone=2)
+    checks += self_check.model_checks(translator, sentences, reference,
+                                      export_dir=directory, alone=2)
+    checks += self_check.rich_decoding_checks(directory, sentences[:4], translator)
+    assert all(check.passed for check in checks), self_check.format_table(checks)
+    names = [check.name for check in checks]
+    assert "in-memory model = SavedModel" in names
+    assert not [name for name in names if "beam" in name], names
+
+
 def test_self_check_makes_the_translator_the_export_recorded(tmp_path):
     # check_run compares the export with an in-memory translator made from the options
     # in its report: one option lost there (e.g. `--sampling-topk`) fails a sound export.

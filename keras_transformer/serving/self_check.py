@@ -255,15 +255,16 @@ def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
     checks = [Check("CTranslate2 greedy = SavedModel (≥ 99 %)",
                     len(ids) == len(reference)
                     and len(differing) <= (1 - min_identical) * len(reference), detail)]
-    saved_beam = saved.with_signature(runners.BEAM_SIGNATURE)
-    beam_ids, beam_texts = run_in_batches(saved_beam, sentences, batch_size)
-    ctranslate2_ids, ctranslate2_texts = run_in_batches(
-        runners.CTranslate2Runner(float_dir, beam=True), sentences, batch_size)
-    checks.append(Check(
-        "CTranslate2 beam vs SavedModel beam (information)", None,
-        f"{sum(a == b for a, b in zip(beam_ids, ctranslate2_ids))}/{len(beam_ids)} "
-        f"sentences identical; BLEU against SavedModel beam "
-        f"{_bleu(ctranslate2_texts, beam_texts):.1f}"))
+    if runners.BEAM_SIGNATURE in _exported_signatures(export_dir):
+        saved_beam = saved.with_signature(runners.BEAM_SIGNATURE)
+        beam_ids, beam_texts = run_in_batches(saved_beam, sentences, batch_size)
+        ctranslate2_ids, ctranslate2_texts = run_in_batches(
+            runners.CTranslate2Runner(float_dir, beam=True), sentences, batch_size)
+        checks.append(Check(
+            "CTranslate2 beam vs SavedModel beam (information)", None,
+            f"{sum(a == b for a, b in zip(beam_ids, ctranslate2_ids))}/{len(beam_ids)} "
+            f"sentences identical; BLEU against SavedModel beam "
+            f"{_bleu(ctranslate2_texts, beam_texts):.1f}"))
     int8_dir = os.path.join(export_dir, files.CTRANSLATE2_INT8)
     if files.is_ctranslate2_dir(int8_dir):
         int8_ids, int8_texts = run_in_batches(runners.CTranslate2Runner(int8_dir),
@@ -305,6 +306,8 @@ def model_checks(translator, sentences, reference, *, export_dir, alone=16, save
     checks.append(compare("cached greedy = uncached greedy",
                           token_sequences(cached(source_ids).ids),
                           token_sequences(uncached(source_ids).ids)))
+    if runners.BEAM_SIGNATURE not in _exported_signatures(export_dir):
+        return checks  # exported with `--signatures` that leave beam search out
     beam = token_sequences(translator.translate_beam(batch[:alone])["token_ids"])
     saved_beam = (saved or load_saved_model(export_dir)).with_signature(
         runners.BEAM_SIGNATURE)
