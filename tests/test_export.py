@@ -196,7 +196,7 @@ def test_self_check_makes_the_translator_the_export_recorded(tmp_path):
     import json
 
     from keras_transformer.model import Transformer
-    from keras_transformer.serving.translator import OPTIONS, Translator
+    from keras_transformer.serving.translator import OPTIONS, Translator, default_settings
     from tests.export_helpers import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
@@ -211,6 +211,10 @@ def test_self_check_makes_the_translator_the_export_recorded(tmp_path):
         json.dumps({"translator": exported.settings()}), encoding="utf-8")
     remade = Translator(model, tokenizer, **self_check.translator_options(str(tmp_path)))
     assert remade.settings() == exported.settings()
+    for beam_size, alpha in [(4, 0.6), (2, 1.0)]:
+        assert default_settings(model.max_length, model.num_layers, beam_size=beam_size,
+                                length_penalty=alpha) == Translator(
+            model, tokenizer, beam_size=beam_size, length_penalty=alpha).settings()
 
 
 def test_compare_reports_the_first_difference():
@@ -327,6 +331,7 @@ def test_an_export_matches_only_the_weights_choice_and_artifacts_it_holds(tmp_pa
     from keras_transformer import config as config_lib
     from keras_transformer import runs
     from keras_transformer.serving import export, export_folder
+    from keras_transformer.serving import translator as translator_lib
 
     run_dir, config = tmp_path / "run", config_lib.Config()
     export_dir = run_dir / files.EXPORT_DIR
@@ -345,7 +350,9 @@ def test_an_export_matches_only_the_weights_choice_and_artifacts_it_holds(tmp_pa
     report = {"export_id": "e1", "versions": export.library_versions(),
               "run": {"weights": str(weights), "weights_sha256": digest,
                       "config": json.loads(config.to_json())},
-              "translator": {"beam_size": 4, "length_penalty": 1.0},
+              "translator": {**translator_lib.default_settings(
+                  config.model.max_length, config.model.num_layers, beam_size=4,
+                  length_penalty=1.0), "vocabulary_size": 37000},
               "saved_model": {"signatures": {name: "" for name in files.SIGNATURES}},
               "tflite": {}, "tflite_dynamic_range": {}}
 
@@ -361,6 +368,11 @@ def test_an_export_matches_only_the_weights_choice_and_artifacts_it_holds(tmp_pa
     assert matches() == report
     assert matches(beam_size=5) is None and matches(length_penalty=0.6) is None
     assert matches(quantize=False) is None
+    for option, value in [("max_output_length", 16), ("extra_length", 7), ("n_best", 2),
+                          ("sampling_top_k", 3), ("sampling_temperature", 0.5),
+                          ("alignment_layer", 0), ("max_source_length", 64)]:
+        assert matches({**report, "translator": {**report["translator"],
+                                                 option: value}}) is None, option
     assert matches({**report, "versions": {**report["versions"], "keras": "0"}}) is None
     assert matches({**report, "ctranslate2": {}}) is None
     assert matches({**report, "saved_model": {"signatures": {

@@ -237,7 +237,8 @@ def matching_export(directory, run_dir, weights_path, *, beam_size, length_penal
 
     That is: a whole export (`export_folder.check_consistent`) of `run_dir`'s model with
     the weights of `weights_path` (the same values: `runs.weights_sha256`), the run's
-    config, this beam size and α, every signature, the TFLite files (`quantize`: the
+    config, this beam size and α and the other decoding options at their defaults
+    (`translator.default_settings`), every signature, the TFLite files (`quantize`: the
     int8 one too) and no others, written with the versions of TensorFlow, tf-text, Keras
     and LiteRT installed now.
     """
@@ -251,8 +252,10 @@ def matching_export(directory, run_dir, weights_path, *, beam_size, length_penal
                 and run.get("weights_sha256") == runs.weights_sha256(weights_path)
                 and run["config"] == json.loads(config.to_json())
                 and not run.get("ensemble") and "ctranslate2" not in report
-                and (translator["beam_size"], translator["length_penalty"])
-                == (beam_size, length_penalty)
+                and {name: value for name, value in translator.items()
+                     if name != "vocabulary_size"} == translator_lib.default_settings(
+                    config.model.max_length, config.model.num_layers,
+                    beam_size=beam_size, length_penalty=length_penalty)
                 and sorted(report["saved_model"]["signatures"]) == sorted(files.SIGNATURES)
                 and "tflite" in report and ("tflite_dynamic_range" in report) == quantize
                 and report["versions"] == library_versions())

@@ -46,6 +46,7 @@ call ends. A sentence without a token translates to an empty string, and no othe
 """
 
 import functools
+import inspect
 import types
 
 import tensorflow as tf
@@ -387,6 +388,19 @@ class Translator(tf.Module):
             self._untracked.tflite_signatures = [
                 _named_function(name, *functions[name]) for name in self.exported_signatures]
         return self._untracked.tflite_signatures
+
+
+def default_settings(max_length, num_layers, *, beam_size, length_penalty):
+    """Returns the `Translator.settings()` of a translator of a model with `max_length`
+    and `num_layers` decoder layers, made with this beam size and α and every other
+    option at its default: what an export given no other options records."""
+    parameters = inspect.signature(Translator).parameters
+    options = {name: parameters[name].default for name in OPTIONS}
+    options.update(beam_size=beam_size, length_penalty=length_penalty,
+                   n_best=min(DEFAULT_N_BEST, beam_size),
+                   sampling_temperature=float(options["sampling_temperature"]),
+                   alignment_layer=alignment.default_layer(num_layers))
+    return {"max_source_length": max_length, **options}
 
 
 def source_ids(tokenizer, sentences, max_length):
