@@ -133,6 +133,8 @@ PAPER_LENGTH_PENALTY = 0.6
 # (fairseq's default), at the model's own temperature.
 SAMPLING_TOP_K = 0
 SAMPLING_TEMPERATURE = 1.0
+# Hypotheses of an n-best list unless asked (at most the beam size).
+DEFAULT_N_BEST = 4
 
 # Keras insists that weight files end in ".weights.h5": temporary names get a prefix,
 # with the writing process's id (`partial_name`).

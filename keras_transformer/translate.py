@@ -394,7 +394,8 @@ class LoadedTranslator:
 
 def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, greedy=False,
                     batch_size=32, batch_tokens=None, session=False, threads=None,
-                    export_if_missing=True, sampling_top_k=None, sampling_temperature=None):
+                    export_if_missing=True, sampling_top_k=None, sampling_temperature=None,
+                    n_best=None):
     """Returns a `LoadedTranslator` for a run directory, a SavedModel or a `.tflite` file.
 
     The one way this package opens a translator to use: `translate`, `evaluate` (the
@@ -430,6 +431,11 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
         sampling_top_k, sampling_temperature: what `sample` draws from (`None`: as
             exported, by default all tokens at temperature 1); on an artifact, the
             exported values.
+        n_best: int or `None`. Hypotheses the n-best lists must hold at least (`None`:
+            as exported, by default `files.DEFAULT_N_BEST`, at most the beam size). An
+            artifact's must hold them already; a run directory whose export holds
+            fewer translates with its model in memory, whose beam size must then be at
+            least `n_best`.
 
     Raises:
         ValueError: options that exclude each other, an artifact exported with another
@@ -476,10 +482,19 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
                 if value is not None}
     same_sampling = all(exported.get(name, value) == value
                         for name, value in sampling.items())
+    held = exported.get("n_best")
+    enough = n_best is None or held is None or n_best <= held
     if choice is not None:  # and the export holds the chosen weights
         same = same and exported.get("weights", choice.weights) == choice.weights
-    if is_run and not (same and same_sampling):
+    if is_run and not (same and same_sampling and enough):
         weights = choice.weights_path(path) if choice else None
+        if not enough:
+            searched = beam_size or files.PAPER_BEAM_SIZE
+            if n_best > searched:
+                raise ValueError(
+                    f"n-best lists of {n_best} need a beam of at least {n_best}, not "
+                    f"{searched}: give a beam size (--beam-size) of at least {n_best}.")
+            sampling["n_best"] = n_best
         runner = _run_module_runner(path, beam_size, length_penalty, weights, **sampling)
         return LoadedTranslator(runner, artifact=None, beam_size=beam_size,
                                 length_penalty=length_penalty, chosen_by=chosen_by,
@@ -496,6 +511,11 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
             f"temperature {exported['sampling_temperature']:g}: sample with those, export "
             "the run again with --sampling-topk/--temperature, or name the run directory, "
             "which samples with any.")
+    if not enough:
+        raise ValueError(
+            f"{path} holds n-best lists of {held} hypotheses: ask for at most {held}, "
+            f"export the run again with --n-best {n_best} (and a --beam-size of at least "
+            f"{n_best}), or name the run directory, which gives any.")
     artifact = artifacts.resolve_artifact(path, export_if_missing=is_run and export_if_missing)
     opened = dict(session=session, threads=threads)
     runner = runners.open_runner(artifact, beam=beam_size is not None, **opened)
@@ -516,14 +536,16 @@ def _exported_decoder(artifact, choice=None):
     if not os.path.exists(artifact):
         sampling = {"sampling_top_k": files.SAMPLING_TOP_K,
                     "sampling_temperature": files.SAMPLING_TEMPERATURE}
+        beam_size = choice.beam_size if choice is not None else files.PAPER_BEAM_SIZE
+        found = {"beam_size": beam_size, "n_best": min(files.DEFAULT_N_BEST, beam_size),
+                 **sampling}
         if choice is not None:
-            return {"beam_size": choice.beam_size, "length_penalty": choice.length_penalty,
-                    "weights": choice.weights, **sampling}
-        return {"beam_size": files.PAPER_BEAM_SIZE,
-                "length_penalty": files.PAPER_LENGTH_PENALTY, **sampling}
+            return {**found, "length_penalty": choice.length_penalty,
+                    "weights": choice.weights}
+        return {**found, "length_penalty": files.PAPER_LENGTH_PENALTY}
     report = artifacts.export_report(artifact) or {}
     recorded = report.get("translator", {})
-    found = {name: recorded[name] for name in ("beam_size", "length_penalty",
+    found = {name: recorded[name] for name in ("beam_size", "length_penalty", "n_best",
                                                "sampling_top_k", "sampling_temperature")
              if name in recorded}
     run = report.get("run", {})
@@ -532,9 +554,9 @@ def _exported_decoder(artifact, choice=None):
     return found
 
 
-def _run_module_runner(run_dir, beam_size, length_penalty, weights=None, **sampling):
+def _run_module_runner(run_dir, beam_size, length_penalty, weights=None, **options):
     """A `ModuleRunner` over the model of `run_dir` (`weights`, else its newest), with
-    the `sampling_top_k` and `sampling_temperature` in `sampling` if given."""
+    the `sampling_top_k`, `sampling_temperature` and `n_best` in `options` if given."""
     # Imported here: the model code, which artifacts do not need.
     from keras_transformer.serving.translator import Translator
 
@@ -542,5 +564,5 @@ def _run_module_runner(run_dir, beam_size, length_penalty, weights=None, **sampl
     # Greedy translation keeps the paper's beam search for the n-best lists.
     translator = Translator(model, tokenizer, beam_size=beam_size or files.PAPER_BEAM_SIZE,
                             length_penalty=files.PAPER_LENGTH_PENALTY
-                            if length_penalty is None else length_penalty, **sampling)
+                            if length_penalty is None else length_penalty, **options)
     return runners.ModuleRunner(translator, beam=beam_size is not None)

@@ -204,7 +204,7 @@ class TranslatorHandler(inference.ModelHandler):
     def load_model(self):
         # In each worker process; the runners register tf-text's ops as they load.
         translator = translate.load_translator(self.artifact, export_if_missing=False,
-                                               **self.load_options)
+                                               n_best=self.n_best, **self.load_options)
         return _Model(translate.decoding_runner(translator, n_best=self.n_best,
                                                 seed=self.seed), translator.batching)
 

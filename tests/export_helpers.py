@@ -5,18 +5,21 @@ one-layer "tiny" Transformer: its translations are nonsense, but every artifact 
 same nonsense, which is what the tests check.
 """
 
+import dataclasses
 import functools
+import os
 import types
 
 import keras
 
+from keras_transformer import config as config_lib
 from keras_transformer import files
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, train_tokenizer
 from keras_transformer.model import Transformer
 from keras_transformer.serving import export
 from keras_transformer.serving.translator import Translator
-from tests.conftest import fixture_corpus
+from tests.conftest import REPOSITORY, fixture_corpus
 
 CORPUS = fixture_corpus()
 VOCABULARY_SIZE = 200
@@ -83,6 +86,22 @@ def tiny_export(directory):
         saved_model=str(directory / files.SAVED_MODEL),
         tflite=str(directory / files.TFLITE),
         tflite_quantized=str(directory / files.TFLITE_QUANTIZED))
+
+
+def run_dir_of(translator, run_dir):
+    """Writes a run directory (`tiny` config on the fixture corpus, tokenizer, final
+    weights) of `translator`'s model into `run_dir`; returns it as a str."""
+    config = config_lib.preset_config("tiny")
+    config = dataclasses.replace(config, model=dataclasses.replace(
+        config.model, vocabulary_size=translator.tokenizer.vocabulary_size,
+        num_layers=translator.model.num_layers),
+        data=dataclasses.replace(config.data, corpus="fixture",
+                                 data_dir=str(REPOSITORY / "tests" / "fixtures" / "corpus")))
+    os.makedirs(run_dir)
+    config.save(os.path.join(run_dir, files.CONFIG))
+    translator.tokenizer.save(os.path.join(run_dir, files.TOKENIZER))
+    translator.model.save_weights(os.path.join(run_dir, files.FINAL_WEIGHTS))
+    return str(run_dir)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,6 +1,5 @@
 """TFLite translator, self-check, translate command and the export command end to end."""
 
-import dataclasses
 import io
 import os
 import platform
@@ -20,6 +19,7 @@ from tests.export_helpers import (
     EMPTY_AND_NOT,
     batch_of,
     check_only_empty_sentences_translate_to_nothing,
+    run_dir_of,
     tiny_export,
     validation_sentences,
 )
@@ -289,20 +289,8 @@ def test_translate_command_reads_stdin_and_writes_stdout(exported, monkeypatch,
 
 @pytest.mark.slow
 def test_export_command_then_check_command_pass(exported, tmp_path):
-    from keras_transformer import config as config_lib
-
     run_dir = tmp_path / "run"
-    translator = exported.translator
-    config = config_lib.preset_config("tiny")
-    config = dataclasses.replace(config, model=dataclasses.replace(
-        config.model, vocabulary_size=translator.tokenizer.vocabulary_size,
-        num_layers=translator.model.num_layers),
-        data=dataclasses.replace(config.data, corpus="fixture",
-                                 data_dir=str(REPOSITORY / "tests" / "fixtures" / "corpus")))
-    os.makedirs(run_dir)
-    config.save(str(run_dir / files.CONFIG))
-    translator.tokenizer.save(str(run_dir / files.TOKENIZER))
-    translator.model.save_weights(str(run_dir / files.FINAL_WEIGHTS))
+    run_dir_of(exported.translator, run_dir)
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(validation_sentences()[:8]) + "\n", encoding="utf-8")
     result = subprocess.run(

@@ -16,7 +16,7 @@ from keras_transformer import cli, files, formats, translate
 from keras_transformer.serving import runners, self_check
 from keras_transformer.serving import translator as translator_lib
 from keras_transformer.serving.translator import Translator
-from tests.export_helpers import BAD_INPUTS, artifact_runner, batch_of, tiny_export
+from tests.export_helpers import BAD_INPUTS, artifact_runner, batch_of, run_dir_of, tiny_export
 
 SENTENCES = [*batch_of(6), "", "x"]
 TARGETS = ["Ein Hund läuft.", "", "zwei Männer spielen Fußball", "x", "😀 日本語",
@@ -120,6 +120,26 @@ def test_loaded_translator_lists_and_scores_like_the_signatures(exported):
         assert sum(s.token_scores) == pytest.approx(s.score, abs=1e-3)
     with pytest.raises(ValueError, match="one translation per sentence"):
         loaded.score(SENTENCES, TARGETS[:1])
+
+
+def test_longer_n_best_lists_than_exported_come_from_a_run_directory(exported, tmp_path):
+    from keras_transformer.cli import options, translating
+
+    with pytest.raises(ValueError, match="holds n-best lists of 4 hypotheses: ask for"):
+        translate.load_translator(exported.tflite, n_best=5)
+    with pytest.raises(options.UsageError, match="hold 4 hypotheses"):
+        translating._check_n_best_of_artifact(5, exported.tflite)
+    run_dir = run_dir_of(exported.translator, tmp_path / "run")
+    with pytest.raises(ValueError, match="need a beam of at least 6, not 4"):
+        translate.load_translator(run_dir, n_best=6)
+    with pytest.raises(options.UsageError, match="keeps 4 hypotheses: give --beam-size 6"):
+        translating._check_n_best_of_artifact(6, run_dir)
+    translating._check_n_best_of_artifact(6, run_dir, beam_size=6)
+    loaded = translate.load_translator(run_dir, beam_size=6, n_best=6,
+                                       export_if_missing=False)
+    lists = loaded.n_best(SENTENCES)
+    assert [len(hypotheses) for hypotheses in lists] == [6] * 6 + [1, 6]
+    assert [hypotheses[0].translation for hypotheses in lists] == loaded(SENTENCES)
 
 
 # Seen in the full suite (scores of one batch up to 2 nats off, the same wrong values in

@@ -78,9 +78,8 @@ def _translate(args):
         console.load_tensorflow(args.verbose)
     translator = _load_translator(args, beam=args.beam or bool(searching),
                                   sampling_top_k=args.sampling_topk,
-                                  sampling_temperature=args.temperature)
-    if args.n_best:
-        _check_n_best(args.n_best, translator)
+                                  sampling_temperature=args.temperature,
+                                  n_best=args.n_best)
     runner = translate.decoding_runner(translator, n_best=args.n_best,
                                        alignment=args.alignment,
                                        seed=(args.seed or 0) if sampling else None)
@@ -183,7 +182,7 @@ def _translate_corpus(args):
     threads = args.threads or (max(1, (os.cpu_count() or 1) // workers)
                                if workers > 1 else None)
     if args.n_best:
-        _check_n_best_of_artifact(args.n_best, args.artifact)
+        _check_n_best_of_artifact(args.n_best, args.artifact, args.beam_size)
     if not args.artifact.endswith(".tflite"):
         console.load_tensorflow(args.verbose)
     result = translate_corpus.translate_corpus(
@@ -198,11 +197,20 @@ def _translate_corpus(args):
     print(result.summary(), file=sys.stderr)
 
 
-def _check_n_best_of_artifact(count, artifact):
-    """Refuses more hypotheses than an exported artifact's n-best lists hold."""
+def _check_n_best_of_artifact(count, artifact, beam_size=None):
+    """Refuses, before any worker starts, more hypotheses than an artifact's n-best
+    lists hold, or than a run directory's beam search keeps (`load_translator`, which
+    the workers call, gives a run directory's n-best lists of any length up to that)."""
+    from keras_transformer import runs
     from keras_transformer.serving import artifacts
     if files.is_run_dir(artifact):
-        return  # its own model answers any
+        choice = runs.load_choice(artifact)
+        searched = beam_size or (choice.beam_size if choice else files.PAPER_BEAM_SIZE)
+        if count > searched:
+            raise options.UsageError(
+                f"--n-best {count}: beam search keeps {searched} hypotheses: give "
+                f"--beam-size {count} or more.")
+        return
     held = (artifacts.export_report(artifact) or {}).get("translator", {}).get("n_best")
     if held is not None and count > held:
         raise options.UsageError(
@@ -224,21 +232,6 @@ def _check_same_lengths(*flags_and_paths):
         raise options.UsageError(
             " but ".join(f"{flag} {path} has {count} lines" for flag, path, count in counts)
             + ": give one line of each per sentence.")
-
-
-def _check_n_best(count, translator):
-    """Refuses more hypotheses than the artifact's n-best lists hold."""
-    from keras_transformer.serving import artifacts
-    if translator.artifact is None:
-        held = translator.runner.translator.n_best
-    else:
-        held = ((artifacts.export_report(translator.artifact) or {})
-                .get("translator", {}).get("n_best"))
-    if held is not None and count > held:
-        raise options.UsageError(
-            f"--n-best {count}: the n-best lists of {translator.artifact or 'this run'} "
-            f"hold {held} hypotheses: ask for at most {held}, or export again with "
-            f"--n-best {count} (and a --beam-size of at least {count}).")
 
 
 def _stream(runner, lines, args, *, progress, opened, **file_options):

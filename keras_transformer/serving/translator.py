@@ -57,6 +57,7 @@ from keras_transformer.decoding import alignment, sampling
 from keras_transformer.files import (
     ALIGN_SIGNATURE,
     BEAM_SIGNATURE,
+    DEFAULT_N_BEST,
     GREEDY_SIGNATURE,
     INPUT_NAME,
     N_BEST_SIGNATURE,
@@ -78,9 +79,6 @@ _SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
 _TRANSLATIONS_SPEC = tf.TensorSpec([None], tf.string, name=TRANSLATIONS_INPUT)
 _PREFIXES_SPEC = tf.TensorSpec([None], tf.string, name=PREFIXES_INPUT)
 _SEEDS_SPEC = tf.TensorSpec([None], tf.int32, name=SEEDS_INPUT)
-
-# Hypotheses of an n-best list unless asked (at most the beam size).
-DEFAULT_N_BEST = 4
 
 # Positions the exported decoders' caches grow by (`decoding.common.chunked_loop`);
 # finished sentences leave the batch between chunks. Measured against 16 and 32 on a
