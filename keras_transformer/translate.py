@@ -526,9 +526,10 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
 
 
 def _exported_decoder(artifact, choice=None):
-    """The beam size and α recorded for `artifact`'s beam signature (and what its
-    `sample` signature draws from), and for a run's
-    export, the weights file (relative to the run) it holds; `{}` when unknown.
+    """The beam size and α recorded for `artifact`'s beam signature, the length of its
+    n-best lists and what its `sample` signature draws from (`artifacts.exported_options`),
+    and for a run's export, the weights file (relative to the run) it holds; `{}` when
+    unknown.
 
     For a run's export that is not there yet: what `export` would write, the run's
     `choice` or the paper's beam search.
@@ -544,7 +545,7 @@ def _exported_decoder(artifact, choice=None):
                     "weights": choice.weights}
         return {**found, "length_penalty": files.PAPER_LENGTH_PENALTY}
     report = artifacts.export_report(artifact) or {}
-    recorded = report.get("translator", {})
+    recorded = artifacts.exported_options(artifact)
     found = {name: recorded[name] for name in ("beam_size", "length_penalty", "n_best",
                                                "sampling_top_k", "sampling_temperature")
              if name in recorded}

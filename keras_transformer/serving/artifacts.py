@@ -86,6 +86,16 @@ def export_report(artifact):
     return report
 
 
+def exported_options(artifact):
+    """Returns the decoding options `artifact` was exported with (`translator.Translator`'s
+    `settings`): a CTranslate2 directory's `translator.json`, else the `translator` of
+    the export report beside it; `{}` when neither is there."""
+    if files.is_ctranslate2_dir(artifact):  # its own: it may have been copied alone
+        with open(os.path.join(artifact, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
+            return json.load(file)
+    return (export_report(artifact) or {}).get("translator") or {}
+
+
 def tokenizer_model(artifact):
     """Returns the path of the SentencePiece model behind `artifact`, or `None`.
 

@@ -312,10 +312,7 @@ def _exported_n_best(artifact):
     CTranslate2 options; `None` when neither says."""
     from keras_transformer.serving import artifacts
 
-    if files.is_ctranslate2_dir(artifact):
-        with open(os.path.join(artifact, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
-            return json.load(file).get("n_best")
-    return ((artifacts.export_report(artifact) or {}).get("translator") or {}).get("n_best")
+    return artifacts.exported_options(artifact).get("n_best")
 
 
 def _json_response(content):
