@@ -105,6 +105,22 @@ def test_members_must_be_two_or_more_and_share_the_vocabulary(members):
         Ensemble([members[0], other])
 
 
+def test_an_ensemble_aligns_with_its_members_layers():
+    from tests.export_helpers import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    three = [Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                     num_layers=3) for _ in range(2)]
+    ensemble = Ensemble(three)
+    # The penultimate layer, as for one model; a layer the members lack is refused.
+    assert translator_lib.Translator(ensemble, tokenizer).alignment_layer == 1
+    with pytest.raises(ValueError, match="alignment_layer=3 must lie in 0..2"):
+        translator_lib.Translator(ensemble, tokenizer, alignment_layer=3)
+    one = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                  num_layers=1)
+    assert Ensemble([three[0], one]).num_layers is None  # no attention to average
+
+
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory, fixture_corpus_dir):
     """Two run directories of one tokenizer with different weights, and one of another."""

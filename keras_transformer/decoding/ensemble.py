@@ -51,6 +51,10 @@ class Ensemble:
         self.pad_id = models[0].pad_id
         # Every member must hold every position the decoder writes.
         self.max_length = min(model.max_length for model in models)
+        # Where the members agree (`cross_attention_weights` averages them only then):
+        # the layers `align` may read, and its default among them.
+        layers = {getattr(model, "num_layers", None) for model in models}
+        self.num_layers = layers.pop() if len(layers) == 1 else None
         if not all(hasattr(model, "grow_cache") for model in models):
             self.grow_cache = None  # decoders then allocate every member's cache at once
         # One row per sentence only where every member reads its cache that way.
