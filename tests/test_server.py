@@ -261,6 +261,7 @@ def test_translate_endpoint_greedy_prefix_and_sampling(url, saved_model):
     ({"sentences": [1]}, "list of strings"),
     ({"sentences": ["a"], "beam": "yes"}, "'beam' must be bool"),
     ({"sentences": ["a"], "n_best": 0}, "at least 1"),
+    ({"sentences": ["a"], "n_best": 5}, "at most 4: the artifact's n-best lists hold 4"),
     ({"sentences": ["a"], "seed": 1, "beam": True}, "excludes"),
     ({"sentences": ["a"], "prefixes": ["a", "b"]}, "one per sentence"),
     ({"sentences": ["a"], "colour": "red"}, "Unknown field 'colour'"),

@@ -105,9 +105,11 @@ class Service:
         self.options = options
         self.artifact = artifacts.resolve_artifact(path)
         self.signatures = runners.signature_names(self.artifact)
+        # Hypotheses the n-best lists hold; `None` where no report or options say.
+        self.n_best = _exported_n_best(self.artifact)
         if files.is_ctranslate2_dir(self.artifact) or self.artifact.endswith(".tflite"):
-            self.signature_defs = rest_api.signature_defs(
-                self.signatures, n_best=_exported_n_best(self.artifact))
+            self.signature_defs = rest_api.signature_defs(self.signatures,
+                                                          n_best=self.n_best)
         else:
             self.signature_defs = rest_api.saved_model_signature_defs(self.artifact)
         self._runners = {files.GREEDY_SIGNATURE: runners.open_runner(
@@ -390,6 +392,10 @@ async def _translate(service, body):
     prefixes = _option(request, "prefixes", list, None)
     if n_best is not None and n_best < 1:
         raise _bad("'n_best' must be at least 1.")
+    if n_best is not None and service.n_best is not None and n_best > service.n_best:
+        raise _bad(f"'n_best' must be at most {service.n_best}: the artifact's n-best "
+                   f"lists hold {service.n_best} hypotheses (export with --n-best "
+                   f"{n_best} and a --beam-size of at least {n_best} for more).")
     if seed is not None and (n_best or alignment or prefixes or beam):
         raise _bad("'seed' samples: it excludes 'beam', 'n_best', 'alignment' and "
                    "'prefixes'.")
