@@ -211,7 +211,7 @@ def _check_n_best_of_artifact(count, artifact, beam_size=None):
                 f"--n-best {count}: beam search keeps {searched} hypotheses: give "
                 f"--beam-size {count} or more.")
         return
-    held = (artifacts.export_report(artifact) or {}).get("translator", {}).get("n_best")
+    held = artifacts.exported_options(artifact).get("n_best")
     if held is not None and count > held:
         raise options.UsageError(
             f"--n-best {count}: the n-best lists of {artifact} hold {held} hypotheses: "
