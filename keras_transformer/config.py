@@ -145,6 +145,11 @@ class Config:
             ) from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(raw).__name__}.")
+        sections = [section.name for section in dataclasses.fields(cls)]
+        unknown = sorted(set(raw) - set(sections))
+        if unknown:  # else a misspelt section's values would be dropped without a word
+            raise ConfigError(f"{source}: unknown section(s) {unknown}; known sections "
+                              f"are {sorted(sections)}.")
         return cls(**{
             section.name: _section_from_dict(section.type, raw.get(section.name, {}), source)
             for section in dataclasses.fields(cls)
@@ -155,8 +160,16 @@ class Config:
 
     @classmethod
     def load(cls, path):
+        """Returns the config in the file `path`; raises `ConfigError`, naming the file,
+        for one that is not JSON, holds unknown fields or an unusable value
+        (`check_config`: a file edited by hand, before any model is built from it)."""
         with open(path, encoding="utf-8") as file:
-            return cls.from_json(file.read(), source=path)
+            config = cls.from_json(file.read(), source=path)
+        try:
+            check_config(config)
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
+        return config
 
 
 # Fields that earlier versions wrote and that no longer mean anything: skipped on load,

@@ -95,6 +95,14 @@ def test_corrupt_or_unknown_config_files_name_the_file_and_problem(tmp_path):
     path.write_text(json.dumps({"model": {"hidden_size": 8}}))
     with pytest.raises(ValueError, match="hidden_size"):
         config_lib.Config.load(path)
+    path.write_text(json.dumps({"trian": {"epochs": 50}}))  # a misspelt section
+    with pytest.raises(ValueError, match=r"unknown section\(s\) \['trian'\]"):
+        config_lib.Config.load(path)
+    raw = json.loads(config_lib.preset_config("tiny").to_json())
+    raw["model"]["dropout"] = "0.1"  # edited by hand: a string
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match=r"config.json: model.dropout=\"0.1\": expected"):
+        config_lib.Config.load(path)
 
 
 def test_config_files_with_retired_fields_still_load(tmp_path):
