@@ -17,6 +17,11 @@ SENTENCES = EXPECTED["sentences"]
 
 
 def test_a_saved_keras_file_loads_and_gives_the_same_logits():
+    # Importing the class registers it with Keras: `import keras_transformer` alone
+    # imports no model code. Without this line the test passed only after another
+    # test file had imported it.
+    from keras_transformer.model import Transformer  # noqa: F401
+
     model = keras.saving.load_model(OLD / "model.keras")
     ids = np.array(EXPECTED["logits_inputs"], np.int32)
     logits = keras.ops.convert_to_numpy(model({"source_ids": ids, "target_ids": ids}))
