@@ -138,6 +138,9 @@ def train_once(config, run_dir):
     """
     record_path = os.path.join(run_dir, files.TRAINING_RECORD)
     if os.path.exists(record_path):
+        # Else another config's recipe would choose, export and score this run's model
+        # as its own.
+        fit.check_same_run(config, run_dir)
         with open(record_path, encoding="utf-8") as file:
             record = json.load(file)
         logger.info("Training already finished in %s (%.1f min, %d updates).", run_dir,

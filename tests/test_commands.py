@@ -127,6 +127,26 @@ def test_a_failed_download_is_one_error_line_and_leaves_no_file(tmp_path, verb, 
 CHOSEN_ALPHA = 1.5
 
 
+def test_a_recipe_refuses_a_finished_run_of_another_config(tmp_path):
+    # The run directory's name comes from the preset alone: the same recipe with another
+    # override lands on the finished run, whose model it must not take for its own.
+    from keras_transformer import config as config_lib
+    from keras_transformer import recipe
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = config_lib.preset_config("tiny")
+    config.save(str(run_dir / files.CONFIG))
+    record = {"minutes": 1.0, "epochs": 1, "updates": 10}
+    (run_dir / files.TRAINING_RECORD).write_text(json.dumps(record), encoding="utf-8")
+    changed = config_lib.override(config, ["token_dropout=0.2"])
+    with pytest.raises(ValueError, match=r"different config \(model.token_dropout differ"):
+        recipe.train_once(changed, str(run_dir))
+    # What a resumed run may change, and the vocabulary its tokenizer settled.
+    allowed = config_lib.override(config, ["epochs=3", "vocabulary_size=999"])
+    assert recipe.train_once(allowed, str(run_dir)) == record
+
+
 @pytest.fixture(scope="module")
 def main_job(tmp_path_factory, fixture_corpus_dir):
     """The main-job verb on the fixture corpus with the tiny preset, run once."""

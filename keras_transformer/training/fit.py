@@ -258,8 +258,7 @@ def prepare_run_dir(config, run_dir, train_text):
             # A run's config without its tokenizer: refuse a differing config before
             # training a tokenizer into that run's directory. The vocabulary size is
             # checked below, once the tokenizer says what it is.
-            _check_same_run(dataclasses.replace(config, model=dataclasses.replace(
-                config.model, vocabulary_size=saved.model.vocabulary_size)), saved, run_dir)
+            check_same_run(config, run_dir)
         # §3.4: one vocabulary shared by both languages, as the tied embeddings need.
         lines = train_text.source_lines + train_text.target_lines
         tokenizer = tokenizer_lib.train_tokenizer(lines, config.model.vocabulary_size)
@@ -338,6 +337,16 @@ def _read_corpus(data_config):
                 f"{text.source_file} and {text.target_file} ({split}) {problem}: give "
                 "line-aligned sentences in both, or point DataConfig at other files.")
     return splits
+
+
+def check_same_run(config, run_dir):
+    """Raises `RunDirectoryError` unless `config` is that of the run in `run_dir` (if it
+    holds one) where a resumed run must keep it: any field but those of
+    `_RESUMABLE_CHANGES` and the vocabulary size, which the run's tokenizer settled."""
+    saved = runs.saved_config(run_dir)
+    if saved is not None:
+        _check_same_run(dataclasses.replace(config, model=dataclasses.replace(
+            config.model, vocabulary_size=saved.model.vocabulary_size)), saved, run_dir)
 
 
 def _check_same_run(config, saved, run_dir):
