@@ -79,6 +79,18 @@ def test_translate_refuses_to_write_over_its_input(texts, capsys):
     assert status == 2
     assert f"--output {source} is also the --input" in capsys.readouterr().err
     assert source.read_bytes() == before
+    prefixes = source.with_name("prefixes.txt")
+    prefixes.write_text("Ein\n", encoding="utf-8")
+    status = cli.main(["translate", NO_ARTIFACT, "-i", str(source), "--prefix-file",
+                       str(prefixes), "-o", str(prefixes)])
+    assert status == 2 and "is also the --prefix-file" in capsys.readouterr().err
+    assert prefixes.read_text(encoding="utf-8") == "Ein\n"
+    model = source.with_name("model.tflite")
+    model.write_bytes(b"model")
+    for verb in (["translate", str(model), "-i", str(source)], ["fuzz", str(model)]):
+        assert cli.main([*verb, "-o", str(model)]) == 2, verb
+        assert "is also the artifact" in capsys.readouterr().err
+    assert model.read_bytes() == b"model"
 
 
 def test_translate_reports_a_missing_or_broken_artifact_without_a_traceback(texts, tmp_path,

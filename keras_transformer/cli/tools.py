@@ -45,7 +45,8 @@ def _add_fuzz(parser):
 
 
 def _fuzz(args):
-    files.check_output_file("--output", args.output)
+    files.check_output_file("--output", args.output, {
+        f"artifact {artifact}": artifact for artifact in args.artifacts})
     if not all(artifact.endswith(".tflite") for artifact in args.artifacts):
         console.load_tensorflow(args.verbose)
     from keras_transformer.serving import artifacts, runners  # NumPy: see the docstring

@@ -64,7 +64,8 @@ def _add_sampling_options(parser):
 
 def _translate(args):
     from keras_transformer import translate  # NumPy: see the module docstring
-    files.check_output_file("--output", args.output, {"--input": args.input})
+    files.check_output_file("--output", args.output, {
+        "--input": args.input, "--prefix-file": args.prefix_file, "artifact": args.artifact})
     if args.input and not os.path.isfile(args.input):
         raise options.UsageError(f"--input {args.input}: no such file.")
     searching = args.n_best or args.alignment or args.prefix_file
