@@ -118,9 +118,15 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
         text.read_lines(path)
 
 
-def test_truncated_gzip_names_the_file(tmp_path):
+@pytest.mark.parametrize("damage", ["truncated", "bad_deflate_stream"])
+def test_damaged_gzip_names_the_file(tmp_path, damage):
     path = tmp_path / "train.en.gz"
-    path.write_bytes(gzip.compress(b"A cat.\n" * 100)[:30])
+    data = bytearray(gzip.compress(b"A cat.\n" * 100))
+    if damage == "truncated":
+        data = data[:30]
+    else:
+        data[10] ^= 0xFF  # the first byte after the header: zlib.error, not OSError
+    path.write_bytes(bytes(data))
     with pytest.raises(text.CorpusError, match=rf"{path}: corrupt gzip data"):
         text.read_lines(path)
 

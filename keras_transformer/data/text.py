@@ -14,6 +14,7 @@ Public API:
 import dataclasses
 import gzip
 import os
+import zlib
 
 # A caption is a sentence; a "line" of thousands of characters is almost always two files
 # glued together or a missing newline, and would blow up the batch's padded length.
@@ -131,7 +132,7 @@ def read_lines(path):
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as error:
+        except (OSError, EOFError, zlib.error) as error:  # zlib: a damaged stream
             raise CorpusError(f"{path}: corrupt gzip data ({error}). Download or "
                               "copy the file again.") from None
     try:
