@@ -47,9 +47,13 @@ def test_help_prints_only_help(verb, monkeypatch):
     assert result.stdout == (verb_parsers[verb] if verb else parser).format_help()
 
 
-def test_a_bad_verb_or_option_is_a_usage_error():
+def test_a_bad_verb_or_option_is_a_usage_error(capsys):
     assert cli.main(["no-such-verb"]) == 2
     assert cli.main(["translate"]) == 2  # its ARTIFACT is missing
+    # Refused before the artifact loads, not by bind()'s OverflowError after it.
+    capsys.readouterr()
+    assert cli.main(["serve", "no-such-artifact", "--port", "80800"]) == 2
+    assert "'80800' is not a port (0 to 65535)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("verb, arguments, earlier, option, field, value", [

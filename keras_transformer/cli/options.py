@@ -43,6 +43,14 @@ def non_negative_int(text):
     return value
 
 
+def port(text):
+    """A TCP port: 0 (any free one) to 65535."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return value
+
+
 def positive_float(text):
     try:
         value = float(text)

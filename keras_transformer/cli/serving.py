@@ -19,7 +19,7 @@ def _add_serve(parser):
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine "
                              "only; 0.0.0.0 opens it to the network)")
-    parser.add_argument("--port", type=options.non_negative_int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=options.port, default=DEFAULT_PORT,
                         help=f"port (default: {DEFAULT_PORT}, TF Serving's REST port; 0: "
                              "any free one, printed)")
     parser.add_argument("--model-name", default=defaults.model_name, metavar="NAME",
