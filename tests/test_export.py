@@ -269,6 +269,8 @@ def test_translate_command_keeps_the_chunks_it_finished(tmp_path, monkeypatch, c
 
 @pytest.mark.parametrize("artifact", ["saved_model", "tflite"])
 def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, artifact):
+    import gzip
+
     lines = [b"A dog runs.", b"", b"   ", b"\xff\xfe bad", b"\x00\x07",
              "😀 日本語 мир".encode(), b"x" * 10_000]
     source = tmp_path / "source.txt"
@@ -278,6 +280,13 @@ def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, ar
                        "--output", str(target), "--batch-size", "3"])
     assert status == 0
     assert len(target.read_text(encoding="utf-8").split("\n")) == len(lines) + 1
+    # A gzip file (as Multi30K's) translates as its text does, not as its bytes.
+    compressed = tmp_path / "source.txt.gz"
+    compressed.write_bytes(gzip.compress(source.read_bytes()))
+    status = cli.main(["translate", getattr(exported, artifact), "--input", str(compressed),
+                       "--output", str(tmp_path / "from_gzip.txt"), "--batch-size", "3"])
+    assert status == 0
+    assert (tmp_path / "from_gzip.txt").read_bytes() == target.read_bytes()
 
 
 def test_translate_command_reads_stdin_and_writes_stdout(exported, monkeypatch,

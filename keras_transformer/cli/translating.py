@@ -8,6 +8,7 @@ import sys
 
 from keras_transformer import files, formats
 from keras_transformer.cli import console, options
+from keras_transformer.data import text
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +90,10 @@ def _translate(args):
     second, opened = None, []
     if args.prefix_file:
         runner = translator.signature_runner(files.PREFIX_SIGNATURE)
-        opened.append(open(args.prefix_file, "rb"))
+        opened.append(text.open_lines(args.prefix_file))
         second = translate.warn_if_not_utf8(translate.iter_sentences(opened[-1]),
                                             args.prefix_file)
-    source = open(args.input, "rb") if args.input else sys.stdin.buffer
+    source = text.open_lines(args.input) if args.input else sys.stdin.buffer
     name = args.input or "standard input"
     _stream(runner, translate.warn_if_not_utf8(translate.iter_sentences(source), name),
             args, progress=not args.no_progress and args.input,
@@ -352,7 +353,7 @@ def _score(args):
         console.load_tensorflow(args.verbose)
     translator = _load_translator(args, doing="Scoring")
     runner = translator.signature_runner(files.SCORE_SIGNATURE)
-    source, target = open(args.source, "rb"), open(args.target, "rb")
+    source, target = text.open_lines(args.source), text.open_lines(args.target)
     _stream(runner, translate.warn_if_not_utf8(translate.iter_sentences(source),
                                                args.source),
             args, progress=not args.no_progress, opened=[source, target],
@@ -363,7 +364,7 @@ def _score(args):
 
 
 def _count_lines(path):
-    with open(path, "rb") as file:
+    with text.open_lines(path) as file:
         return sum(1 for _ in file)
 
 

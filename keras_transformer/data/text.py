@@ -115,6 +115,15 @@ def read_parallel(source_path, target_path, *, filter_pairs=True,
         source_file=str(source_path), target_file=str(target_path), stats=stats)
 
 
+def open_lines(path):
+    """Opens the file `path` to read its lines as bytes, decompressed where it is gzip
+    (known by its first two bytes, as `read_lines` knows it): for reading a large file
+    line by line."""
+    with open(path, "rb") as file:
+        compressed = file.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if compressed else open(path, "rb")
+
+
 def read_lines(path):
     """Returns the lines of a UTF-8 text file (plain or gzip), without line endings.
 
