@@ -54,6 +54,8 @@ def test_a_bad_verb_or_option_is_a_usage_error(capsys):
     capsys.readouterr()
     assert cli.main(["serve", "no-such-artifact", "--port", "80800"]) == 2
     assert "'80800' is not a port (0 to 65535)" in capsys.readouterr().err
+    assert cli.main(["recipe", "--time-budget-minutes", "30", "epochs=null"]) == 2
+    assert "train.epochs=null: expected an integer" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("verb, arguments, earlier, option, field, value", [

@@ -184,6 +184,7 @@ def recipe_config(args):
     """Returns `(config, run_dir)` of the recipe's options (`add_recipe_options`)."""
     config, run_dir = make_config(args)
     if args.time_budget_minutes is not None:
+        config_lib.check_config(config)  # epochs must be a number for max() below
         # The budget ends the run; the epoch count only has to be out of its way.
         config = dataclasses.replace(config, train=dataclasses.replace(
             config.train, time_budget_minutes=args.time_budget_minutes,
