@@ -141,10 +141,17 @@ def train_once(config, run_dir):
         # Else another config's recipe would choose, export and score this run's model
         # as its own.
         fit.check_same_run(config, run_dir)
-        with open(record_path, encoding="utf-8") as file:
-            record = json.load(file)
+        try:
+            with open(record_path, encoding="utf-8") as file:
+                record = json.load(file)
+            minutes, updates = float(record["minutes"]), int(record["updates"])
+        except (ValueError, KeyError, TypeError) as error:  # edited, truncated
+            raise ValueError(
+                f"{record_path}: not a training record ({type(error).__name__}: {error}). "
+                f"It marks the training in {run_dir} as finished: restore it, or train "
+                "into a new --run-dir.") from None
         logger.info("Training already finished in %s (%.1f min, %d updates).", run_dir,
-                    record["minutes"], record["updates"])
+                    minutes, updates)
         return record
     logger.info("Training into %s", run_dir)
     spent_minutes = backup.read_backup_minutes(os.path.join(run_dir, files.BACKUP))

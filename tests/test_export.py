@@ -391,6 +391,17 @@ def test_an_export_matches_only_the_weights_choice_and_artifacts_it_holds(tmp_pa
     assert matches() is None
 
 
+def test_check_of_a_run_without_a_readable_export_says_what_to_do(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    (run_dir / files.EXPORT_DIR).mkdir(parents=True)
+    assert cli.main(["check", str(run_dir)]) == 2
+    assert "holds no export (export_report.json is missing): export the run first" in (
+        capsys.readouterr().err)
+    (run_dir / files.EXPORT_DIR / files.REPORT_JSON).write_text("[]", encoding="utf-8")
+    assert cli.main(["check", str(run_dir)]) == 2
+    assert "not a valid export report (not a JSON object)" in capsys.readouterr().err
+
+
 def test_passed_checks_are_those_of_this_export_when_none_failed(tmp_path):
     import json
 

@@ -27,7 +27,7 @@ from keras_transformer.data import corpus
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, PAD_ID
 from keras_transformer.decoding.ensemble import Ensemble
-from keras_transformer.serving import export_folder, runners
+from keras_transformer.serving import artifacts, export_folder, runners
 from keras_transformer.serving import translator as translator_lib
 from keras_transformer.serving.translator import Translator
 
@@ -126,9 +126,21 @@ def artifact_checks(export_dir, sentences, *, batch_size=32, alone=16, saved=Non
     return checks, reference
 
 
+def read_report(export_dir):
+    """Returns the export report in `export_dir`.
+
+    Raises:
+        ValueError: there is none (the run was not exported), or it is not one.
+    """
+    report = artifacts.export_report(os.path.join(export_dir, files.SAVED_MODEL))
+    if report is None:
+        raise ValueError(f"{export_dir} holds no export ({files.REPORT_JSON} is missing): "
+                         "export the run first (keras-transformer export RUN_DIR).")
+    return report
+
+
 def _exported_signatures(export_dir):
-    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
-        return json.load(file)["saved_model"]["signatures"]
+    return read_report(export_dir)["saved_model"]["signatures"]
 
 
 def same_scores(name, expected, actual):
@@ -335,8 +347,7 @@ def summary(checks, export_dir):
     `Exported SavedModel, .tflite, int8 .tflite: self-check 10/10 passed (…json)`, or
     `…: self-check failed 2 of 10: NAME, NAME (…json)`; informational rows not counted.
     """
-    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
-        report = json.load(file)
+    report = read_report(export_dir)
     names = [name for key, name in (("saved_model", "SavedModel"), ("tflite", ".tflite"),
                                     ("tflite_dynamic_range", "int8 .tflite"))
              if key in report]
@@ -362,8 +373,7 @@ def format_table(checks):
 
 def translator_options(export_dir):
     """Returns the `Translator` options recorded in the export report."""
-    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
-        recorded = json.load(file)["translator"]
+    recorded = read_report(export_dir)["translator"]
     # Reports of older exports lack the options added since: `Translator`'s defaults
     # stand in for them.
     return {name: recorded[name] for name in translator_lib.OPTIONS if name in recorded}
@@ -371,8 +381,7 @@ def translator_options(export_dir):
 
 def write_check_report(export_dir, checks):
     """Writes `check_report.json` beside the artifacts, with the id of their export."""
-    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
-        export_id = json.load(file).get("export_id")
+    export_id = read_report(export_dir).get("export_id")
     files.write_text(os.path.join(export_dir, files.CHECK_REPORT), json.dumps(
         {"export_id": export_id, "checks": [check._asdict() for check in checks]},
         indent=2) + "\n")
@@ -382,8 +391,7 @@ def passed_checks(export_dir):
     """Returns the `Check`s of `check_report.json` if they are of the export in
     `export_dir` and none failed, else `None`."""
     try:
-        with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
-            export_id = json.load(file)["export_id"]
+        export_id = read_report(export_dir)["export_id"]
         with open(os.path.join(export_dir, files.CHECK_REPORT), encoding="utf-8") as file:
             report = json.load(file)
         checks = [Check(**check) for check in report["checks"]]
@@ -406,9 +414,8 @@ def check_sentences(config, sentences_file=None, count=100):
 def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
     """Runs every check on the export of `run_dir`; returns the list of `Check`s."""
     export_dir = export_dir or os.path.join(run_dir, files.EXPORT_DIR)
+    recorded = read_report(export_dir).get("run", {})
     export_folder.check_consistent(export_dir)
-    with open(os.path.join(export_dir, files.REPORT_JSON), encoding="utf-8") as file:
-        recorded = json.load(file).get("run", {})
     config, tokenizer, model = runs.load_run(run_dir, recorded.get("weights"))
     if recorded.get("ensemble"):
         # The members as exported, each with the weights file the report names.
