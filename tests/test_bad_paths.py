@@ -93,6 +93,18 @@ def test_translate_refuses_to_write_over_its_input(texts, capsys):
     assert model.read_bytes() == b"model"
 
 
+def test_damaged_gzip_input_is_named_before_a_model_loads(tmp_path, capsys):
+    import gzip
+
+    data = bytearray(gzip.compress(b"A dog runs.\n" * 50))
+    data[10] ^= 0xFF  # a damaged deflate stream: zlib.error, not OSError
+    damaged = tmp_path / "damaged.en.gz"
+    damaged.write_bytes(bytes(data))
+    assert cli.main(["score", NO_ARTIFACT, "--source", str(damaged), "--target",
+                     str(damaged)]) == 2
+    assert f"{damaged}: corrupt gzip data" in capsys.readouterr().err
+
+
 def test_translate_reports_a_missing_or_broken_artifact_without_a_traceback(texts, tmp_path,
                                                                             capsys):
     source, _ = texts

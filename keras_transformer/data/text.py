@@ -9,6 +9,7 @@ Public API:
     - `read_parallel(source_path, target_path, ...) -> ParallelText`: any pair of
       line-aligned files, plain or gzip-compressed.
     - `read_lines(path) -> list of str`: one UTF-8 file's lines.
+    - `open_lines(path)`: one file's lines as bytes, one by one (for large files).
 """
 
 import dataclasses
@@ -118,10 +119,36 @@ def read_parallel(source_path, target_path, *, filter_pairs=True,
 def open_lines(path):
     """Opens the file `path` to read its lines as bytes, decompressed where it is gzip
     (known by its first two bytes, as `read_lines` knows it): for reading a large file
-    line by line."""
+    line by line. Damaged gzip data raises `CorpusError` naming the file, at the line
+    where it is found."""
     with open(path, "rb") as file:
         compressed = file.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if compressed else open(path, "rb")
+    return _GzipLines(path) if compressed else open(path, "rb")
+
+
+class _GzipLines:
+    """A gzip file's lines, as a binary file's (iterated, closed, a context manager),
+    with damaged data reported as `CorpusError` rather than zlib's or gzip's error."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._file = gzip.open(path, "rb")
+
+    def __iter__(self):
+        try:
+            yield from self._file
+        except (OSError, EOFError, zlib.error) as error:
+            raise CorpusError(f"{self.path}: corrupt gzip data ({error}). Download or "
+                              "copy the file again.") from None
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
 
 
 def read_lines(path):
