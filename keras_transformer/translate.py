@@ -488,7 +488,7 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
         same = same and exported.get("weights", choice.weights) == choice.weights
     if is_run and not (same and same_sampling and enough):
         weights = choice.weights_path(path) if choice else None
-        if not enough:
+        if n_best is not None:  # the model in memory gives any, up to its beam
             searched = beam_size or files.PAPER_BEAM_SIZE
             if n_best > searched:
                 raise ValueError(
@@ -523,6 +523,20 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
         runner, artifact=artifact, beam_size=beam_size, length_penalty=length_penalty,
         chosen_by=chosen_by, **batching,
         open_signature=lambda name: runners.open_runner(artifact, signature=name, **opened))
+
+
+def beam_size_of(path, beam_size=None):
+    """Returns the beam size `load_translator(path, beam=True, beam_size=beam_size)`
+    searches with: the one given, else a run directory's choice, else the exported one,
+    else the paper's."""
+    if beam_size is not None:
+        return beam_size
+    is_run = files.is_run_dir(path)
+    choice = runs.load_choice(path) if is_run else None
+    if choice is not None:
+        return choice.beam_size
+    exported = _exported_decoder(runs.saved_model_dir(path) if is_run else path)
+    return exported.get("beam_size", files.PAPER_BEAM_SIZE)
 
 
 def _exported_decoder(artifact, choice=None):

@@ -135,11 +135,21 @@ def test_longer_n_best_lists_than_exported_come_from_a_run_directory(exported, t
     with pytest.raises(options.UsageError, match="keeps 4 hypotheses: give --beam-size 6"):
         translating._check_n_best_of_artifact(6, run_dir)
     translating._check_n_best_of_artifact(6, run_dir, beam_size=6)
+    with pytest.raises(ValueError, match="need a beam of at least 3, not 2"):
+        translate.load_translator(run_dir, beam_size=2, n_best=3)  # not 2 silently
     loaded = translate.load_translator(run_dir, beam_size=6, n_best=6,
                                        export_if_missing=False)
     lists = loaded.n_best(SENTENCES)
     assert [len(hypotheses) for hypotheses in lists] == [6] * 6 + [1, 6]
     assert [hypotheses[0].translation for hypotheses in lists] == loaded(SENTENCES)
+    # Exported with beam 8 (a report is all the early check reads): 8 are there.
+    export_dir = tmp_path / "run" / files.EXPORT_DIR
+    (export_dir / files.SAVED_MODEL).mkdir(parents=True)
+    (export_dir / files.REPORT_JSON).write_text(json.dumps(
+        {"translator": {"beam_size": 8, "length_penalty": 0.6, "n_best": 8}}),
+        encoding="utf-8")
+    assert translate.beam_size_of(run_dir) == 8
+    translating._check_n_best_of_artifact(8, run_dir)
 
 
 # Seen in the full suite (scores of one batch up to 2 nats off, the same wrong values in

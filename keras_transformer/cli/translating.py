@@ -203,11 +203,10 @@ def _check_n_best_of_artifact(count, artifact, beam_size=None):
     """Refuses, before any worker starts, more hypotheses than an artifact's n-best
     lists hold, or than a run directory's beam search keeps (`load_translator`, which
     the workers call, gives a run directory's n-best lists of any length up to that)."""
-    from keras_transformer import runs
+    from keras_transformer import translate
     from keras_transformer.serving import artifacts
     if files.is_run_dir(artifact):
-        choice = runs.load_choice(artifact)
-        searched = beam_size or (choice.beam_size if choice else files.PAPER_BEAM_SIZE)
+        searched = translate.beam_size_of(artifact, beam_size)
         if count > searched:
             raise options.UsageError(
                 f"--n-best {count}: beam search keeps {searched} hypotheses: give "
