@@ -161,12 +161,14 @@ class Config:
     @classmethod
     def load(cls, path):
         """Returns the config in the file `path`; raises `ConfigError`, naming the file,
-        for one that is not JSON, holds unknown fields or an unusable value
-        (`check_config`: a file edited by hand, before any model is built from it)."""
+        for one that is not JSON, holds unknown sections or fields, or a value of another
+        type (`check_types`: a file edited by hand, before any model is built from it).
+        The other rules (`check_config`) are training's to check, after overrides and
+        without refusing runs made before a rule was added."""
         with open(path, encoding="utf-8") as file:
             config = cls.from_json(file.read(), source=path)
         try:
-            check_config(config)
+            check_types(config)
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
         return config
@@ -351,18 +353,25 @@ _REQUIREMENTS = {
 }
 
 
+def check_types(config):
+    """Raises `ConfigError` naming the first field of `config` whose value is not of its
+    type (an int where a float is asked is fine)."""
+    for section_field in dataclasses.fields(config):
+        section = getattr(config, section_field.name)
+        for field in dataclasses.fields(section):
+            if not _has_type(getattr(section, field.name), field.type):
+                raise ConfigError(f"{_assignment(section_field.name, section, field.name)}: "
+                                  f"expected {_type_name(field.type)}.")
+
+
 def check_config(config):
     """Raises `ConfigError` naming the first field of `config` with an unusable value.
 
     Every value must have its field's type (an int where a float is asked is fine),
     then meet its section's rules.
     """
+    check_types(config)
     sections = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
-    for section_name, section in sections.items():
-        for field in dataclasses.fields(section):
-            if not _has_type(getattr(section, field.name), field.type):
-                raise ConfigError(f"{_assignment(section_name, section, field.name)}: "
-                                  f"expected {_type_name(field.type)}.")
     # Only now: a rule may compare fields of its section (hidden_dim and num_heads).
     try:
         check_model_arguments(**dataclasses.asdict(config.model))
