@@ -134,7 +134,10 @@ def train_once(config, run_dir):
     The record (`training_record.json`) is written only after training returns, so a run
     directory without it holds an interrupted run, which `fit.train` resumes: the
     record's minutes then add those its backup held (each earlier process's up to its
-    last backup) to this process's, and its epochs count from the run's first.
+    last backup) to this process's, and its epochs count from the run's first. A
+    recorded training is kept only for the same config (`fit.check_same_run`: the
+    epochs and time budget may differ); a record that cannot be read is named
+    (`ValueError`), not trained over.
     """
     record_path = os.path.join(run_dir, files.TRAINING_RECORD)
     if os.path.exists(record_path):

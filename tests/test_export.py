@@ -395,7 +395,7 @@ def test_check_of_a_run_without_a_readable_export_says_what_to_do(tmp_path, caps
     run_dir = tmp_path / "run"
     (run_dir / files.EXPORT_DIR).mkdir(parents=True)
     assert cli.main(["check", str(run_dir)]) == 2
-    assert "holds no export (export_report.json is missing): export the run first" in (
+    assert "holds no export (export_report.json is missing): export the run there" in (
         capsys.readouterr().err)
     (run_dir / files.EXPORT_DIR / files.REPORT_JSON).write_text("[]", encoding="utf-8")
     assert cli.main(["check", str(run_dir)]) == 2

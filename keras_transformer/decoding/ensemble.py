@@ -10,7 +10,7 @@ vocabulary, since each reads and writes the same token ids.
 
 An `Ensemble` has the decoding interface of `Transformer` (`encode`, `init_cache`,
 `grow_cache`, `decode_step`, `decode`, `cross_attention_weights`, `max_length`,
-`variables`, `sentence_cache_entries`), so `greedy_decode`, `beam_search` and
+`num_layers`, `variables`, `sentence_cache_entries`), so `greedy_decode`, `beam_search` and
 `serving.translator.Translator` take it unchanged, and an exported ensemble is one
 artifact like a single model's.
 """

@@ -259,8 +259,8 @@ def matching_export(directory, run_dir, weights_path, *, beam_size, length_penal
                 and sorted(report["saved_model"]["signatures"]) == sorted(files.SIGNATURES)
                 and "tflite" in report and ("tflite_dynamic_range" in report) == quantize
                 and report["versions"] == library_versions())
-    except (OSError, ValueError, KeyError, TypeError):  # none, broken, or of another form
-        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # none, broken, or of another form
     return report if same else None
 
 

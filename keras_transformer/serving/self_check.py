@@ -135,7 +135,8 @@ def read_report(export_dir):
     report = artifacts.export_report(os.path.join(export_dir, files.SAVED_MODEL))
     if report is None:
         raise ValueError(f"{export_dir} holds no export ({files.REPORT_JSON} is missing): "
-                         "export the run first (keras-transformer export RUN_DIR).")
+                         "export the run there first (keras-transformer export RUN_DIR, "
+                         "with -o DIR for another folder).")
     return report
 
 
