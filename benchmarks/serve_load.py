@@ -169,9 +169,9 @@ async def load(port, sentences, clients, seconds):
 
 def offline(artifact, sentences):
     """Sentences/s of `load_translator(artifact)` on `sentences` (after one batch)."""
-    from keras_transformer import translate
+    from keras_transformer import loading
 
-    translator = translate.load_translator(artifact)
+    translator = loading.load_translator(artifact)
     translator(sentences[:32])
     start = time.perf_counter()
     translator(sentences)

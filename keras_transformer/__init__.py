@@ -9,8 +9,8 @@
     translate(["A man rides a bike."])                # -> ["Ein Mann fährt Fahrrad."]
 
 The package follows the data flow: `data` (text → ids → batches), `layers` and `model`,
-`training` (`model.fit`), `decoding`, `serving` (the exported translator), `evaluation`
-and `translate`. Names below are imported on first use, so `import keras_transformer`
+`training` (`model.fit`), `decoding`, `serving` (the exported translator), `loading`
+(any run or artifact as a translator), `evaluation` and `translate`. Names below are imported on first use, so `import keras_transformer`
 loads neither Keras nor TensorFlow.
 """
 
@@ -39,8 +39,8 @@ _EXPORTS = {
     "Ensemble": "keras_transformer.decoding",
     "Translator": "keras_transformer.serving.translator",
     "export_run": "keras_transformer.serving.export",
-    "load_translator": "keras_transformer.translate",
-    "LoadedTranslator": "keras_transformer.translate",
+    "load_translator": "keras_transformer.loading",
+    "LoadedTranslator": "keras_transformer.loading",
     "evaluate": "keras_transformer.evaluation",
     # The beam extra's: Apache Beam's RunInference.
     "TranslateLines": "keras_transformer.translate_corpus",

@@ -31,7 +31,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from keras_transformer import config as config_lib
-from keras_transformer import files, runs, translate
+from keras_transformer import files, loading, runs, translate
 from keras_transformer.data import corpus, multi30k
 from keras_transformer.data.text import read_lines
 from keras_transformer.serving import artifacts
@@ -181,7 +181,7 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, beam_siz
              export_if_missing=True, verbose=True):
     """Translates the `source` file with `artifact` and scores it against `reference`.
 
-    The `evaluate` verb's path from Python: `translate.load_translator` opens the
+    The `evaluate` verb's path from Python: `loading.load_translator` opens the
     translator (see there for how a run directory and an artifact decode), then
     `evaluate_splits` scores it.
 
@@ -191,7 +191,7 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, beam_siz
         reference: str. Reference translations, line-aligned with `source`.
         batch_size: int. Sentences per call of the translator.
         beam, beam_size, length_penalty, greedy: the decoder, as in
-            `translate.load_translator`.
+            `loading.load_translator`.
         session: bool. Load the SavedModel with the session-based loader that TF
             Serving uses, instead of `tf.saved_model.load`.
         output: optional str. Where to write the translations, one per line.
@@ -208,7 +208,7 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, beam_siz
     pairs = {os.path.basename(os.fspath(source)): (source, reference)}
     check_pairs(pairs, output=output, single_output=True)
     files.check_output_file("--json", json_path, {"source": source, "reference": reference})
-    translator = translate.load_translator(
+    translator = loading.load_translator(
         artifact, beam=beam, beam_size=beam_size, length_penalty=length_penalty,
         greedy=greedy, batch_size=batch_size, session=session,
         export_if_missing=export_if_missing)
@@ -258,10 +258,10 @@ def split_files(artifact, splits=None, *, data_dir=None):
 
 
 def evaluate_splits(translator, pairs, *, output=None, single_output=False, verbose=True):
-    """Scores a `translate.LoadedTranslator` on each `(source, reference)` of `pairs`.
+    """Scores a `loading.LoadedTranslator` on each `(source, reference)` of `pairs`.
 
     Args:
-        translator: `translate.LoadedTranslator`.
+        translator: `loading.LoadedTranslator`.
         pairs: dict `{name: (source_path, reference_path)}`.
         output: str. Where to keep the translations: a file when `single_output`, else
             a folder receiving `<name>.<reference's language>` per pair.

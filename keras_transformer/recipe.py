@@ -26,7 +26,7 @@ import logging
 import os
 import time
 
-from keras_transformer import evaluation, files, runs, translate
+from keras_transformer import evaluation, files, loading, runs
 from keras_transformer.data import corpus
 from keras_transformer.serving import export, runners, self_check
 from keras_transformer.serving.translator import Translator
@@ -122,7 +122,7 @@ def _run_recipe(config, run_dir, choices, check, batch_size):
                                         translations_dir, batch_size)["validation"]
     result["test"] = score_test_splits(config, saved_model, translations_dir, batch_size)
     sources = list(validation.source_lines[:SAMPLE_COUNT])
-    result["samples"] = list(zip(sources, translate.load_translator(saved_model)(sources)))
+    result["samples"] = list(zip(sources, loading.load_translator(saved_model)(sources)))
     files.write_text(os.path.join(run_dir, files.RECIPE_RESULT),
                      json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
@@ -281,7 +281,7 @@ def score_splits(config, saved_model, splits, decoders, translations_dir, batch_
     """Scores `saved_model` on `splits` with each of `decoders` ("beam", "greedy").
 
     Each decoder's signature is loaded once for all the splits, as `evaluate` loads it
-    (`translate.load_translator`); the translations go to
+    (`loading.load_translator`); the translations go to
     `translations_dir/<split>.<decoder>.<language>`.
 
     Returns:
@@ -290,7 +290,7 @@ def score_splits(config, saved_model, splits, decoders, translations_dir, batch_
     results = {}
     for decoder in decoders:
         beam = decoder == "beam"
-        translator = translate.load_translator(saved_model, beam=beam,
+        translator = loading.load_translator(saved_model, beam=beam,
                                                batch_size=batch_size)
         for split in splits:
             source, reference = corpus.corpus_files(config.data, split)

@@ -32,7 +32,7 @@ import shutil
 import threading
 import uuid
 
-from keras_transformer import files, formats, translate
+from keras_transformer import files, formats, loading, translate
 
 
 class _ApitoolsNoise(logging.Filter):
@@ -203,7 +203,7 @@ class TranslatorHandler(inference.ModelHandler):
 
     def load_model(self):
         # In each worker process; the runners register tf-text's ops as they load.
-        translator = translate.load_translator(self.artifact, export_if_missing=False,
+        translator = loading.load_translator(self.artifact, export_if_missing=False,
                                                n_best=self.n_best, **self.load_options)
         return _Model(translate.decoding_runner(translator, n_best=self.n_best,
                                                 seed=self.seed), translator.batching)

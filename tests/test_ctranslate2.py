@@ -216,17 +216,17 @@ def test_ctranslate2_n_best_lists_are_the_models_without_a_length_penalty(tmp_pa
 def test_a_ctranslate2_directory_alone_translates_only_as_exported(tmp_path):
     # Copied out of its export folder, it has no report beside it: its own
     # translator.json must still refuse decoding options it was not exported with.
-    from keras_transformer import translate
+    from keras_transformer import loading
 
     _export(tmp_path, {"beam_size": 2, "length_penalty": 0.8, "n_best": 2}, num_layers=1)
     directory = str(tmp_path / files.CTRANSLATE2)
     assert artifacts.export_report(directory) is None
-    assert translate.load_translator(directory, beam=True).decoder == (
+    assert loading.load_translator(directory, beam=True).decoder == (
         "beam search (beam 2, length penalty 0.8)")
     for options in ({"beam_size": 5}, {"length_penalty": 0.6}, {"n_best": 3},
                     {"sampling_top_k": 7}):
         with pytest.raises(ValueError, match="was exported with|holds n-best|samples"):
-            translate.load_translator(directory, **options)
+            loading.load_translator(directory, **options)
 
 
 def test_ctranslate2_prefix_sample_and_align_follow_the_exported_signatures(tmp_path):

@@ -10,7 +10,7 @@ to the contracts, not to the float outputs.
 import numpy as np
 import pytest
 
-from keras_transformer import cli, files, formats, translate
+from keras_transformer import cli, files, formats, loading
 from keras_transformer.serving import runners, self_check
 from tests.export_helpers import BAD_INPUTS, artifact_runner, batch_of, tiny_export
 
@@ -144,7 +144,7 @@ def test_decoding_signatures_answer_every_bad_input_once(exported, artifact, cas
 
 
 def test_loaded_translator_prefixes_samples_and_aligns_like_the_signatures(exported):
-    loaded = translate.load_translator(exported.tflite, batch_size=3)
+    loaded = loading.load_translator(exported.tflite, batch_size=3)
     raw = _runner(exported, "tflite", files.PREFIX_SIGNATURE)(SENTENCES, PREFIXES)
     assert loaded.prefix(SENTENCES, PREFIXES) == [formats.one_line(t) for t in
                                                   raw["translations"]]
@@ -168,7 +168,7 @@ def test_loaded_translator_prefixes_samples_and_aligns_like_the_signatures(expor
         np.testing.assert_array_equal(entry.attention, raw["attention"][i, :pieces, :width])
     with pytest.raises(ValueError, match="samples among all tokens at "
                        "temperature 1: .*export the run again with --sampling-topk"):
-        translate.load_translator(exported.tflite, sampling_top_k=5)
+        loading.load_translator(exported.tflite, sampling_top_k=5)
 
 
 def _lines(path, lines):
@@ -183,7 +183,7 @@ def test_translate_with_a_prefix_file_writes_what_prefix_gives(exported, tmp_pat
     assert cli.main(["translate", exported.saved_model, "--input", source, "--prefix-file",
                      prefixes, "--output", str(output), "--batch-size", "3",
                      "--no-progress"]) == 0
-    expected = translate.load_translator(exported.saved_model).prefix(SENTENCES, PREFIXES)
+    expected = loading.load_translator(exported.saved_model).prefix(SENTENCES, PREFIXES)
     assert output.read_text(encoding="utf-8").splitlines() == expected
     short = _lines(tmp_path / "short.txt", PREFIXES[:3])
     assert cli.main(["translate", exported.saved_model, "--input", source,
@@ -196,7 +196,7 @@ def test_translate_alignment_writes_pharaoh_pairs(exported, tmp_path, capsysbina
     assert cli.main(["translate", exported.tflite, "--input", source, "--alignment",
                      "--no-progress"]) == 0
     lines = capsysbinary.readouterr().out.decode("utf-8").splitlines()
-    expected = translate.load_translator(exported.tflite).align(SENTENCES)
+    expected = loading.load_translator(exported.tflite).align(SENTENCES)
     assert len(lines) == len(SENTENCES)
     for line, entry in zip(lines, expected):
         text, pairs = line.split(" ||| ")
@@ -212,7 +212,7 @@ def test_translate_sampling_repeats_its_seed_and_refuses_what_the_artifact_lacks
         assert cli.main(["translate", exported.tflite, "--input", source, "--seed", seed,
                          "--no-progress"]) == 0
         outputs.append(capsysbinary.readouterr().out.decode("utf-8").splitlines())
-    assert outputs[0] == outputs[1] == translate.load_translator(exported.tflite).sample(
+    assert outputs[0] == outputs[1] == loading.load_translator(exported.tflite).sample(
         SENTENCES, seed=3)
     assert outputs[2] != outputs[0]
     for refused in (["--sampling-topk", "5"], ["--seed", "1", "--beam"],

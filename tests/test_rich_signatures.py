@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import cli, files, formats, translate
+from keras_transformer import cli, files, formats, loading
 from keras_transformer.serving import runners, self_check
 from keras_transformer.serving import translator as translator_lib
 from keras_transformer.serving.translator import Translator
@@ -101,7 +101,7 @@ def test_rich_signatures_answer_every_bad_input_once(exported, artifact, case):
 
 
 def test_loaded_translator_lists_and_scores_like_the_signatures(exported):
-    loaded = translate.load_translator(exported.tflite, batch_size=3)
+    loaded = loading.load_translator(exported.tflite, batch_size=3)
     lists = loaded.n_best(SENTENCES)
     raw = runners.TFLiteRunner(exported.tflite, files.N_BEST_SIGNATURE)(SENTENCES)
     assert [len(hypotheses) for hypotheses in lists] == [4] * 6 + [1, 4]
@@ -126,18 +126,18 @@ def test_longer_n_best_lists_than_exported_come_from_a_run_directory(exported, t
     from keras_transformer.cli import options, translating
 
     with pytest.raises(ValueError, match="holds n-best lists of 4 hypotheses: ask for"):
-        translate.load_translator(exported.tflite, n_best=5)
+        loading.load_translator(exported.tflite, n_best=5)
     with pytest.raises(options.UsageError, match="hold 4 hypotheses"):
         translating._check_n_best_of_artifact(5, exported.tflite)
     run_dir = run_dir_of(exported.translator, tmp_path / "run")
     with pytest.raises(ValueError, match="need a beam of at least 6, not 4"):
-        translate.load_translator(run_dir, n_best=6)
+        loading.load_translator(run_dir, n_best=6)
     with pytest.raises(options.UsageError, match="keeps 4 hypotheses: give --beam-size 6"):
         translating._check_n_best_of_artifact(6, run_dir)
     translating._check_n_best_of_artifact(6, run_dir, beam_size=6)
     with pytest.raises(ValueError, match="need a beam of at least 3, not 2"):
-        translate.load_translator(run_dir, beam_size=2, n_best=3)  # not 2 silently
-    loaded = translate.load_translator(run_dir, beam_size=6, n_best=6,
+        loading.load_translator(run_dir, beam_size=2, n_best=3)  # not 2 silently
+    loaded = loading.load_translator(run_dir, beam_size=6, n_best=6,
                                        export_if_missing=False)
     lists = loaded.n_best(SENTENCES)
     assert [len(hypotheses) for hypotheses in lists] == [6] * 6 + [1, 6]
@@ -148,7 +148,7 @@ def test_longer_n_best_lists_than_exported_come_from_a_run_directory(exported, t
     (export_dir / files.REPORT_JSON).write_text(json.dumps(
         {"translator": {"beam_size": 8, "length_penalty": 0.6, "n_best": 8}}),
         encoding="utf-8")
-    assert translate.beam_size_of(run_dir) == 8
+    assert loading.beam_size_of(run_dir) == 8
     translating._check_n_best_of_artifact(8, run_dir)
 
 
@@ -159,7 +159,7 @@ def test_longer_n_best_lists_than_exported_come_from_a_run_directory(exported, t
 def test_tflite_scores_do_not_depend_on_the_batch_a_pair_is_in(exported, artifact):
     path = getattr(exported, artifact)
     raw = runners.TFLiteRunner(path, files.SCORE_SIGNATURE)(SENTENCES, TARGETS)
-    loaded = translate.load_translator(path, batch_size=3)
+    loaded = loading.load_translator(path, batch_size=3)
     np.testing.assert_allclose([s.score for s in loaded.score(SENTENCES, TARGETS)],
                                raw["scores"], **TOLERANCE)
 
@@ -168,7 +168,7 @@ def test_an_artifact_without_a_signature_says_so_in_one_line(exported, tmp_path)
     translator = Translator(exported.translator.model, exported.translator.tokenizer,
                             signatures=[files.GREEDY_SIGNATURE])
     translator_lib.save_saved_model(translator, str(tmp_path / "bare"))
-    loaded = translate.load_translator(str(tmp_path / "bare"))
+    loaded = loading.load_translator(str(tmp_path / "bare"))
     with pytest.raises(runners.MissingSignatureError, match="has no signature 'n_best'.*"
                        "export the run again"):
         loaded.n_best(["A dog."])
@@ -225,7 +225,7 @@ def test_translate_n_best_writes_moses_lines_best_first(exported, tmp_path):
     assert cli.main(["translate", exported.tflite, "--input", str(source), "--output",
                      str(output), "--n-best", "3", "--no-progress"]) == 0
     rows = _moses(output.read_text(encoding="utf-8"))
-    lists = translate.load_translator(exported.tflite).n_best(SENTENCES)
+    lists = loading.load_translator(exported.tflite).n_best(SENTENCES)
     assert [row[0] for row in rows] == [i for i, h in enumerate(lists) for _ in h[:3]]
     assert [row[1] for row in rows] == [x.translation for h in lists for x in h[:3]]
     assert [row[3] for row in rows] == pytest.approx(
@@ -258,7 +258,7 @@ def test_score_command_writes_one_score_per_line(exported, tmp_path, tokens):
                      str(target), "--output", str(output), "--batch-size", "3",
                      "--no-progress", *(["--tokens"] if tokens else [])]) == 0
     lines = output.read_text(encoding="utf-8").splitlines()
-    expected = translate.load_translator(exported.tflite).score(SENTENCES, TARGETS)
+    expected = loading.load_translator(exported.tflite).score(SENTENCES, TARGETS)
     assert [float(line.split("\t")[0]) for line in lines] == pytest.approx(
         [s.score for s in expected], abs=1e-4)
     if tokens:

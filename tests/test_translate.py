@@ -9,7 +9,7 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from keras_transformer import cli, files, translate
+from keras_transformer import cli, files, loading, translate
 from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.serving import artifacts, runners
 from tests.export_helpers import tiny_export, validation_sentences
@@ -120,7 +120,7 @@ def test_counting_tokens_without_the_tokenizer_names_where_to_put_it(exported, t
     alone = tmp_path / files.TFLITE
     alone.write_bytes(open(exported.tflite, "rb").read())
     with pytest.raises(FileNotFoundError, match="tokenizer.model beside it"):
-        translate.load_translator(str(alone), batch_tokens=100)
+        loading.load_translator(str(alone), batch_tokens=100)
 
 
 @pytest.mark.parametrize("threads, expected", [(None, runners.SAVED_MODEL_DEFAULT_THREADS),

@@ -203,10 +203,10 @@ def _check_n_best_of_artifact(count, artifact, beam_size=None):
     """Refuses, before any worker starts, more hypotheses than an artifact's n-best
     lists hold, or than a run directory's beam search keeps (`load_translator`, which
     the workers call, gives a run directory's n-best lists of any length up to that)."""
-    from keras_transformer import translate
+    from keras_transformer import loading
     from keras_transformer.serving import artifacts
     if files.is_run_dir(artifact):
-        searched = translate.beam_size_of(artifact, beam_size)
+        searched = loading.beam_size_of(artifact, beam_size)
         if count > searched:
             raise options.UsageError(
                 f"--n-best {count}: beam search keeps {searched} hypotheses: give "
@@ -257,9 +257,9 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
 
 
 def _load_translator(args, beam=None, doing="Translating", **sampling):
-    from keras_transformer import translate  # NumPy: see the module docstring
+    from keras_transformer import loading  # NumPy: see the module docstring
     beam = getattr(args, "beam", False) if beam is None else beam
-    translator = translate.load_translator(args.artifact, beam=beam,
+    translator = loading.load_translator(args.artifact, beam=beam,
                                          beam_size=getattr(args, "beam_size", None),
                                          length_penalty=getattr(args, "length_penalty",
                                                                 None),
