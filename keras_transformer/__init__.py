@@ -10,8 +10,8 @@
 
 The package follows the data flow: `data` (text → ids → batches), `layers` and `model`,
 `training` (`model.fit`), `decoding`, `serving` (the exported translator), `loading`
-(any run or artifact as a translator), `evaluation` and `translate`. Names below are imported on first use, so `import keras_transformer`
-loads neither Keras nor TensorFlow.
+(any run or artifact as a translator), `evaluation` and `translate`. Names below are
+imported on first use, so `import keras_transformer` loads neither Keras nor TensorFlow.
 """
 
 import importlib
