@@ -1,6 +1,7 @@
 """Ensembles: the mean of the members' probabilities, in memory and exported."""
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -138,16 +139,32 @@ def run_dirs(tmp_path_factory, fixture_corpus_dir):
     return made
 
 
-def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs):
+def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs, tmp_path, capsys):
     with pytest.raises(TokenizerMismatchError,
                        match=r"other/tokenizer/tokenizer.model differs from"):
         load_ensemble([run_dirs["a"], run_dirs["other"]], "final")
-    status = cli.main(["export", run_dirs["a"], "--ensemble", run_dirs["other"]])
-    assert status == 2
+    output = ["--output", str(tmp_path / "ensemble")]
+    status = cli.main(["export", run_dirs["a"], "--ensemble", run_dirs["other"], *output])
+    assert status == 2 and "tokenizer.model differs from" in capsys.readouterr().err
     # A repeated flag adds its runs: the mismatched run named first is not dropped.
     status = cli.main(["export", run_dirs["a"], "--ensemble", run_dirs["other"],
-                       "--ensemble", run_dirs["b"]])
-    assert status == 2
+                       "--ensemble", run_dirs["b"], *output])
+    assert status == 2 and "tokenizer.model differs from" in capsys.readouterr().err
+
+
+def test_an_ensemble_is_refused_the_first_runs_own_export_folder(run_dirs, capsys):
+    """RUN_DIR/export is what translate, evaluate and the recipe read as the run's own
+    model: an ensemble written there would replace it and pass for the run."""
+    run_export = f"{run_dirs['a']}/{files.EXPORT_DIR}"
+    for output in ([], ["--output", run_export], ["--output", f"{run_export}/"]):
+        status = cli.main(["export", run_dirs["a"], "--ensemble", run_dirs["b"], *output])
+        assert status == 2
+        assert "--ensemble needs --output DIR" in capsys.readouterr().err
+    for output_dir in (None, run_export):
+        with pytest.raises(ValueError, match="An ensemble needs a folder of its own"):
+            exporting.export_run(run_dirs["a"], weights="final", output_dir=output_dir,
+                                 ensemble=[run_dirs["b"]])
+    assert not os.path.exists(run_export)
 
 
 @pytest.mark.slow

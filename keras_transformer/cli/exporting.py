@@ -47,7 +47,8 @@ def _add_export(parser):
     parser.add_argument("--ensemble", nargs="+", action="extend", default=[],
                         metavar="RUN_DIR",
                         help="further runs trained with RUN_DIR's tokenizer: the artifact "
-                             "translates with the mean of all the models' probabilities")
+                             "translates with the mean of all the models' probabilities "
+                             "(needs --output: RUN_DIR/export is the run's own)")
     parser.add_argument("--ctranslate2", action="store_true",
                         help="also write CTranslate2 models, float32 and int8 (needs the "
                              "ctranslate2 extra)")
@@ -66,6 +67,13 @@ def _export(args):
     for run_dir in [args.run_dir, *args.ensemble]:
         runs.load_config(run_dir)  # names a missing or broken run before minutes of work
     runs.load_choice(args.run_dir)  # and a broken choice
+    run_export = os.path.join(args.run_dir, files.EXPORT_DIR)
+    if args.ensemble and (not args.output or
+                          os.path.realpath(args.output) == os.path.realpath(run_export)):
+        raise options.UsageError(
+            f"--ensemble needs --output DIR, a folder of the ensemble's own: {run_export} "
+            f"holds {args.run_dir}'s own export, which translate, evaluate and the recipe "
+            "read as the run's.")
     if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
         raise options.UsageError(f"--output {args.output} is a file: name a folder to write into.")
     if files.GREEDY_SIGNATURE not in args.signatures:

@@ -175,7 +175,8 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
         weights: which weights to export (see `runs.find_weights`).
         beam_size: int. Beam size of the beam_search signature.
         length_penalty: float. Its α.
-        output_dir: str. Where to write; `RUN_DIR/export` by default.
+        output_dir: str. Where to write; `RUN_DIR/export` by default, which an
+            ensemble may not use (it would pass for the run's own model).
         tflite: bool. Write the TFLite files; without them, the SavedModel alone.
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
         ensemble: run directories of further models, trained with this run's
@@ -190,6 +191,12 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
     if ensemble and ctranslate2:
         raise ValueError("An ensemble has no CTranslate2 form (CTranslate2 decodes one "
                          "model): export without --ctranslate2, or export each run alone.")
+    run_export = os.path.join(run_dir, files.EXPORT_DIR)
+    if ensemble and (output_dir is None or _same_path(output_dir, run_export)):
+        # That folder is the run's own model to translate, evaluate and the recipe: an
+        # ensemble there would replace the recipe's export and pass for the run.
+        raise ValueError(f"An ensemble needs a folder of its own (--output DIR): "
+                         f"{run_export} holds {run_dir}'s own export.")
     choice = None if ensemble else runs.load_choice(run_dir)
     given = (beam_size, length_penalty, weights)
     if choice is not None and weights is None:
@@ -204,7 +211,7 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
     else:
         config, tokenizer, model = runs.load_run(run_dir, weights)
         weight_paths = [runs.find_weights(run_dir, weights)]
-    output_dir = output_dir or os.path.join(run_dir, files.EXPORT_DIR)
+    output_dir = output_dir or run_export
     if choice is None:
         source = "defaults"
     elif given == (None, None, None):
@@ -230,6 +237,10 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
     return output_dir, report
 
 
+
+def _same_path(first, second):
+    """Whether two paths name one folder, existing or not."""
+    return os.path.realpath(first) == os.path.realpath(second)
 def matching_export(directory, run_dir, weights_path, *, beam_size, length_penalty,
                     quantize=True):
     """Returns the report of the export in `directory` if it holds what `export_run`
