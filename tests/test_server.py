@@ -271,6 +271,22 @@ def test_translate_endpoint_refuses_bad_options(url, body, message):
     assert response.status_code == 400 and message in response.json()["error"]
 
 
+def _alternatives_field(page):
+    return re.search(r'<input type="number" id="n_best"[^>]*>', page).group(0)
+
+
+def test_the_pages_alternatives_are_held_to_the_artifacts_n_best_lists(url, service):
+    # Past the artifact's n-best length the server answers 400, so the page never
+    # offers it, nor asks for it by default.
+    page = httpx.get(f"{url}/").text
+    assert service.n_best is not None and "N_BEST" not in page
+    assert f'max="{service.n_best}" value="{min(3, service.n_best)}"' in \
+        _alternatives_field(page)
+    for n_best, field in ((1, 'max="1" value="1"'), (2, 'max="2" value="2"'),
+                          (8, 'max="8" value="3"'), (None, 'max="16" value="3"')):
+        assert field in _alternatives_field(server.page_html(n_best))
+
+
 def test_health_readiness_and_metrics(url):
     assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{url}/readyz").status_code == 200

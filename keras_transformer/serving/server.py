@@ -219,7 +219,7 @@ def make_app(service):
     from keras_transformer.serving import rest_api
 
     options = service.options
-    page = importlib.resources.files(__package__).joinpath("page.html").read_text("utf-8")
+    page = page_html(service.n_best)
 
     def error_response(error):
         return JSONResponse(error.body(), error.status, headers=error.headers)
@@ -307,6 +307,19 @@ def make_app(service):
               methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+# Alternatives the page asks for by default, and at most where the artifact does not say.
+PAGE_N_BEST, PAGE_N_BEST_MAX = 3, 16
+
+
+def page_html(n_best=None):
+    """The page served at /, its alternatives field held to the artifact's n-best lists
+    (`n_best` hypotheses; `None`: unknown), which the server refuses to exceed."""
+    limit = PAGE_N_BEST_MAX if n_best is None else n_best
+    page = importlib.resources.files(__package__).joinpath("page.html").read_text("utf-8")
+    return page.replace("N_BEST_MAX", str(limit)).replace(
+        "N_BEST_VALUE", str(min(PAGE_N_BEST, limit)))
 
 
 def _exported_n_best(artifact):
