@@ -380,28 +380,36 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     done = _start_parts(parts, plan)
     todo = [chunk for chunk in chunks if chunk.number not in done]
     kept = sum(chunk.lines for chunk in chunks if chunk.number in done)
-    handler = handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
-                                           **load_options)
-    writer = _ChunkWriter(parts, pairs=pairs, n_best=n_best, scores=scores)
     options = pipeline_options.PipelineOptions(pipeline_args(list(beam_args), verbose))
     logger.info("Translating %d lines of %d files in %d chunks (%d to do) with %s.",
                 sum(numbered.lines for numbered in inputs), len(inputs), len(chunks),
                 len(todo), artifact)
-    beam_logger = logging.getLogger("apache_beam")
-    level = beam_logger.level
-    if not verbose:  # its notices, and workers' tracebacks: the error below says it
-        beam_logger.setLevel(logging.CRITICAL)
     pipeline = beam.Pipeline(options=options)
     written = (pipeline
                | "Chunks" >> beam.Create(todo)
                | "Spread" >> beam.Reshuffle()
                | "Read" >> beam.Map(_read_keyed)
-               | "Translate" >> inference.RunInference(inference.KeyedModelHandler(handler))
-               | "Write" >> beam.Map(writer.write))
+               | "Translate" >> inference.RunInference(inference.KeyedModelHandler(
+                   handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
+                                                **load_options)))
+               | "Write" >> beam.Map(_ChunkWriter(parts, pairs=pairs, n_best=n_best,
+                                                  scores=scores).write))
     _ = (written
          | "Count" >> beam.combiners.Count.Globally()
          | "Join" >> beam.Map(_join_chunks, parts, len(chunks), output))
     watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
+    result = _run(pipeline, output, parts, len(chunks), verbose=verbose, watcher=watcher)
+    return _corpus_result(result, output, inputs, len(chunks), kept)
+
+
+def _run(pipeline, output, parts, chunk_count, *, verbose, watcher):
+    """Runs `pipeline` to its end and returns its result; a failure is a
+    `CorpusTranslationError` that says how many chunks are kept (`verbose`: Beam's own
+    error, and its log)."""
+    beam_logger = logging.getLogger("apache_beam")
+    level = beam_logger.level
+    if not verbose:  # its notices, and workers' tracebacks: the error below says it
+        beam_logger.setLevel(logging.CRITICAL)
     try:
         result = pipeline.run()
         result.wait_until_finish()
@@ -411,7 +419,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         written = len(_written_chunks(parts))
         raise CorpusTranslationError(
             f"translating {output} stopped ({type(error).__name__}: "
-            f"{_last_line(error)}); {written} of {len(chunks)} chunks are kept in "
+            f"{_last_line(error)}); {written} of {chunk_count} chunks are kept in "
             f"{parts}: run the same command again to finish the rest.") from error
     finally:
         beam_logger.setLevel(level)
@@ -419,6 +427,11 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
             watcher.stop()
     if watcher:
         watcher.finish()
+    return result
+
+
+def _corpus_result(result, output, inputs, chunk_count, kept):
+    """The `CorpusResult` of a finished pipeline's `result`, from its counters."""
     metrics = result.metrics().query()
     counters = {counter.key.metric.name: counter.committed
                 for counter in metrics["counters"]
@@ -428,7 +441,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
              if metric.key.metric.name.endswith("load_model_latency_milli_secs")
              and metric.committed and metric.committed.count]
     count = sum(load.count for load in loads)
-    return CorpusResult(output, sum(numbered.lines for numbered in inputs), len(chunks),
+    return CorpusResult(output, sum(numbered.lines for numbered in inputs), chunk_count,
                         kept, sum(numbered.not_utf8 for numbered in inputs), counters,
                         count, sum(load.sum for load in loads) / 1000 / count if count else 0.0)
 
