@@ -13,7 +13,7 @@ waiting requests cost no threads), and drain in-flight requests on SIGTERM. Rout
 - `POST /v1/models/NAME[/versions/1]:predict`, `GET /v1/models/NAME[/metadata]`: TF
   Serving's REST API (`rest_api`) for every signature the artifact holds;
 - `POST /translate`: `{"sentences": [...], "beam": true, "n_best": 3, "alignment":
-  true, "prefixes": [...], "seed": 7}` in, one object per sentence out (`translate`);
+  true, "prefixes": [...], "seed": 7}` in, one object per sentence out (`translate_api`);
 - `GET /`: a page to translate from a browser (`page.html`);
 - `GET /healthz` (the process answers), `GET /readyz` (the first translation has
   run), `GET /metrics` (Prometheus: requests, errors, latency, batch sizes, queue).
@@ -383,90 +383,14 @@ async def _read_body(request, limit, deadline):
 
 
 async def _translate(service, body):
-    """The answer of `POST /translate` (see the module docstring)."""
-    from keras_transformer import formats
-    from keras_transformer.serving import rest_api
+    """The answer of `POST /translate` (`translate_api`)."""
+    from keras_transformer.serving import translate_api
 
-    request = rest_api.parse_json(body)
-    known = {"sentences", "beam", "n_best", "alignment", "prefixes", "seed"}
-    unknown = sorted(set(request) - known)
-    if unknown:
-        raise _bad(f"Unknown field {unknown[0]!r}: /translate takes {', '.join(sorted(known))}.")
-    sentences = request.get("sentences")
-    if isinstance(sentences, str):
-        sentences = [sentences]
-    if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
-        raise _bad("'sentences' must be a string or a list of strings.")
-    sentences = [rest_api.input_value(s, "DT_STRING", i) for i, s in enumerate(sentences)]
-    beam = _option(request, "beam", bool, False)
-    alignment = _option(request, "alignment", bool, False)
-    n_best = _option(request, "n_best", int, None)
-    seed = _option(request, "seed", int, None)
-    prefixes = _option(request, "prefixes", list, None)
-    if n_best is not None and n_best < 1:
-        raise _bad("'n_best' must be at least 1.")
-    if n_best is not None and service.n_best is not None and n_best > service.n_best:
-        raise _bad(f"'n_best' must be at most {service.n_best}: the artifact's n-best "
-                   f"lists hold {service.n_best} hypotheses (export with --n-best "
-                   f"{n_best} and a --beam-size of at least {n_best} for more).")
-    if seed is not None and (n_best or alignment or prefixes or beam):
-        raise _bad("'seed' samples: it excludes 'beam', 'n_best', 'alignment' and "
-                   "'prefixes'.")
-    if prefixes is not None:
-        if len(prefixes) != len(sentences) or not all(isinstance(p, str) for p in prefixes):
-            raise _bad("'prefixes' must be a list of strings, one per sentence.")
-        if alignment:
-            raise _bad("'prefixes' and 'alignment' exclude each other.")
-        prefixes = [rest_api.input_value(p, "DT_STRING", i) for i, p in enumerate(prefixes)]
-    if seed is not None:
-        signature, second = files.SAMPLE_SIGNATURE, [seed] * len(sentences)
-        if not -2**31 <= seed < 2**31:
-            raise _bad("'seed' must be a 32-bit integer.")
-    elif prefixes is not None:
-        signature, second = files.PREFIX_SIGNATURE, prefixes
-    elif alignment:
-        signature, second = files.ALIGN_SIGNATURE, None
-    else:
-        signature = files.BEAM_SIGNATURE if beam or n_best else files.GREEDY_SIGNATURE
-        second = None
-    calls = [service.run(signature, sentences, second)]
-    if n_best:
-        calls.append(service.run(files.N_BEST_SIGNATURE, sentences))
-    results = await asyncio.gather(*calls)
-    outputs = results[0]
-    answers = []
-    for i, source in enumerate(sentences):
-        row = {name: value[i] for name, value in outputs.items()}
-        translation = formats.one_line(row["translations"])
-        answer = {"source": formats.text(source), "translation": translation,
-                  "score": float(row["scores"])}
-        if alignment:
-            aligned = formats.aligned(row)
-            answer.update(alignment=[list(pair) for pair in aligned.alignment],
-                          source_words=formats.text(source).split(),
-                          target_words=translation.split())
-        if n_best:
-            n_best_row = {name: value[i] for name, value in results[1].items()}
-            answer["n_best"] = [hypothesis._asdict() for hypothesis in
-                                formats.hypotheses(n_best_row)[:n_best]]
-        answers.append(answer)
-    return {"translations": answers, "signature": signature}
-
-
-def _option(request, name, kind, default):
-    value = request.get(name, default)
-    if value is default:
-        return value
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise _bad(f"{name!r} must be {'a list' if kind is list else kind.__name__}, "
-                   f"got {json.dumps(value)[:50]}.")
-    return value
-
-
-def _bad(message):
-    from keras_transformer.serving import rest_api
-
-    return rest_api.RestError(rest_api.INVALID_ARGUMENT, message)
+    request = translate_api.parse_request(body, service.n_best)
+    calls = [service.run(request.signature, request.sentences, request.second)]
+    if request.n_best:
+        calls.append(service.run(files.N_BEST_SIGNATURE, request.sentences))
+    return translate_api.response(request, *await asyncio.gather(*calls))
 
 
 def listen(host="127.0.0.1", port=DEFAULT_PORT):
