@@ -237,10 +237,11 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
     return output_dir, report
 
 
-
 def _same_path(first, second):
     """Whether two paths name one folder, existing or not."""
     return os.path.realpath(first) == os.path.realpath(second)
+
+
 def matching_export(directory, run_dir, weights_path, *, beam_size, length_penalty,
                     quantize=True):
     """Returns the report of the export in `directory` if it holds what `export_run`
