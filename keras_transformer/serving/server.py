@@ -218,51 +218,10 @@ def make_app(service):
 
     from keras_transformer.serving import rest_api
 
-    options = service.options
     page = page_html(service.n_best)
 
-    def error_response(error):
-        return JSONResponse(error.body(), error.status, headers=error.headers)
-
-    def handler(route, function, *, needs_token=True, reads_body=False):
-        async def endpoint(request):
-            started = time.monotonic()
-            try:
-                if needs_token:
-                    _check_token(request, options.token_env)
-                deadline = started + options.request_timeout_s
-                body = (await _read_body(request, options.max_body_bytes, deadline)
-                        if reads_body else None)
-                try:
-                    response = await asyncio.wait_for(
-                        function(request, body), max(deadline - time.monotonic(), 0))
-                except asyncio.TimeoutError:
-                    raise rest_api.RestError(rest_api.DEADLINE_EXCEEDED, "Deadline exceeded: "
-                                             f"the request took more than "
-                                             f"{options.request_timeout_s:g} s (serve "
-                                             "--request-timeout).") from None
-            except rest_api.RestError as error:
-                response = error_response(error)
-            except Exception as error:  # a failure of ours: answered, logged
-                logger.exception("%s %s failed", request.method, request.url.path)
-                response = JSONResponse({"error": f"Internal error: {error}"}, 500)
-            service.metrics.answered(route, response.status_code, time.monotonic() - started)
-            return response
-        return endpoint
-
     async def tf_serving(request, body):
-        name, version, label, verb = rest_api.parse_path(request.method, request.url.path)
-        rest_api.check_model(name, version, label, options.model_name)
-        if verb == "status":
-            return JSONResponse(rest_api.status_response())
-        if verb == "metadata":
-            return JSONResponse(rest_api.metadata_response(name, service.signature_defs))
-        if verb != "predict":
-            raise rest_api.RestError(rest_api.INVALID_ARGUMENT, f"The {verb} API is not "
-                                     "served: translators have predict signatures only.")
-        predict = rest_api.parse_predict(body, service.signatures)
-        outputs = await service.run(predict.signature, predict.sentences, predict.second)
-        return _json_response(rest_api.predict_response(outputs, predict.row_format))
+        return await _tf_serving(service, request, body)
 
     async def translate(request, body):
         return _json_response(await _translate(service, body))
@@ -285,7 +244,7 @@ def make_app(service):
     async def not_found(request, body):
         raise rest_api.RestError(rest_api.NOT_FOUND, f"No route {request.method} "
                                  f"{request.url.path}: see / for the page, /v1/models/"
-                                 f"{options.model_name}:predict and /translate.")
+                                 f"{service.options.model_name}:predict and /translate.")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -294,19 +253,79 @@ def make_app(service):
         warm_up.cancel()
         service.batcher.close()
 
+    def route(path, name, function, methods, **options):
+        return Route(path, _endpoint(service, name, function, **options), methods=methods)
+
     routes = [
-        Route("/", handler("page", index, needs_token=False), methods=["GET"]),
-        Route("/healthz", handler("healthz", healthz, needs_token=False), methods=["GET"]),
-        Route("/readyz", handler("readyz", readyz, needs_token=False), methods=["GET"]),
-        Route("/metrics", handler("metrics", metrics), methods=["GET"]),
-        Route("/translate", handler("translate", translate, reads_body=True),
-              methods=["POST"]),
-        Route("/v1/{path:path}", handler("tf_serving", tf_serving, reads_body=True),
-              methods=["GET", "POST"]),
-        Route("/{path:path}", handler("other", not_found, needs_token=False),
-              methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        route("/", "page", index, ["GET"], needs_token=False),
+        route("/healthz", "healthz", healthz, ["GET"], needs_token=False),
+        route("/readyz", "readyz", readyz, ["GET"], needs_token=False),
+        route("/metrics", "metrics", metrics, ["GET"]),
+        route("/translate", "translate", translate, ["POST"], reads_body=True),
+        route("/v1/{path:path}", "tf_serving", tf_serving, ["GET", "POST"], reads_body=True),
+        route("/{path:path}", "other", not_found, ["GET", "POST", "PUT", "DELETE", "PATCH"],
+              needs_token=False),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _endpoint(service, route, function, *, needs_token=True, reads_body=False):
+    """The Starlette endpoint of `function(request, body)` (`body`: the request's bytes
+    when `reads_body`, else `None`): the bearer token checked (`needs_token`), the body
+    read within its limits, the whole within the request timeout, a `RestError` answered
+    as TF Serving does, any other failure answered 500 and logged, and every answer
+    counted in `service.metrics` under `route`."""
+    from starlette.responses import JSONResponse
+
+    from keras_transformer.serving import rest_api
+
+    options = service.options
+
+    async def endpoint(request):
+        started = time.monotonic()
+        try:
+            if needs_token:
+                _check_token(request, options.token_env)
+            deadline = started + options.request_timeout_s
+            body = (await _read_body(request, options.max_body_bytes, deadline)
+                    if reads_body else None)
+            try:
+                response = await asyncio.wait_for(
+                    function(request, body), max(deadline - time.monotonic(), 0))
+            except asyncio.TimeoutError:
+                raise rest_api.RestError(rest_api.DEADLINE_EXCEEDED, "Deadline exceeded: "
+                                         f"the request took more than "
+                                         f"{options.request_timeout_s:g} s (serve "
+                                         "--request-timeout).") from None
+        except rest_api.RestError as error:
+            response = JSONResponse(error.body(), error.status, headers=error.headers)
+        except Exception as error:  # a failure of ours: answered, logged
+            logger.exception("%s %s failed", request.method, request.url.path)
+            response = JSONResponse({"error": f"Internal error: {error}"}, 500)
+        service.metrics.answered(route, response.status_code, time.monotonic() - started)
+        return response
+
+    return endpoint
+
+
+async def _tf_serving(service, request, body):
+    """The answer of TF Serving's REST API under /v1/ (`rest_api`)."""
+    from starlette.responses import JSONResponse
+
+    from keras_transformer.serving import rest_api
+
+    name, version, label, verb = rest_api.parse_path(request.method, request.url.path)
+    rest_api.check_model(name, version, label, service.options.model_name)
+    if verb == "status":
+        return JSONResponse(rest_api.status_response())
+    if verb == "metadata":
+        return JSONResponse(rest_api.metadata_response(name, service.signature_defs))
+    if verb != "predict":
+        raise rest_api.RestError(rest_api.INVALID_ARGUMENT, f"The {verb} API is not "
+                                 "served: translators have predict signatures only.")
+    predict = rest_api.parse_predict(body, service.signatures)
+    outputs = await service.run(predict.signature, predict.sentences, predict.second)
+    return _json_response(rest_api.predict_response(outputs, predict.row_format))
 
 
 # Alternatives the page asks for by default, and at most where the artifact does not say.
