@@ -261,11 +261,15 @@ def _unmet_by_export(path, exported, *, beam_size, length_penalty, sampling, n_b
     wanted = {"beam_size": beam_size, "length_penalty": length_penalty}
     if beam_size is not None and any(exported.get(name, value) != value
                                      for name, value in wanted.items()):
+        exported = {**wanted, **exported}  # a report may record only one of them
         return (f"{path} was exported with beam size {exported['beam_size']} and length "
                 f"penalty {exported['length_penalty']}: translate with those, export the "
                 "run again with --beam-size/--length-penalty, or name the run directory, "
                 "which translates with any.")
     if any(exported.get(name, value) != value for name, value in sampling.items()):
+        exported = {"sampling_top_k": files.SAMPLING_TOP_K,
+                    "sampling_temperature": files.SAMPLING_TEMPERATURE, **sampling,
+                    **exported}
         return (f"{path} samples among {exported['sampling_top_k'] or 'all'} tokens at "
                 f"temperature {exported['sampling_temperature']:g}: sample with those, "
                 "export the run again with --sampling-topk/--temperature, or name the run "

@@ -24,6 +24,7 @@ Order and completeness by construction (Beam itself keeps no order):
   already written (`OUTPUT.parts/plan.json` says what they are of) and does the rest.
 """
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -384,32 +385,44 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     logger.info("Translating %d lines of %d files in %d chunks (%d to do) with %s.",
                 sum(numbered.lines for numbered in inputs), len(inputs), len(chunks),
                 len(todo), artifact)
-    pipeline = beam.Pipeline(options=options)
-    written = (pipeline
-               | "Chunks" >> beam.Create(todo)
-               | "Spread" >> beam.Reshuffle()
-               | "Read" >> beam.Map(_read_keyed)
-               | "Translate" >> inference.RunInference(inference.KeyedModelHandler(
-                   handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
-                                                **load_options)))
-               | "Write" >> beam.Map(_ChunkWriter(parts, pairs=pairs, n_best=n_best,
-                                                  scores=scores).write))
-    _ = (written
-         | "Count" >> beam.combiners.Count.Globally()
-         | "Join" >> beam.Map(_join_chunks, parts, len(chunks), output))
-    watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
-    result = _run(pipeline, output, parts, len(chunks), verbose=verbose, watcher=watcher)
+    with _quiet_beam(verbose):
+        pipeline = beam.Pipeline(options=options)
+        written = (pipeline
+                   | "Chunks" >> beam.Create(todo)
+                   | "Spread" >> beam.Reshuffle()
+                   | "Read" >> beam.Map(_read_keyed)
+                   | "Translate" >> inference.RunInference(inference.KeyedModelHandler(
+                       handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
+                                                    **load_options)))
+                   | "Write" >> beam.Map(_ChunkWriter(parts, pairs=pairs, n_best=n_best,
+                                                      scores=scores).write))
+        _ = (written
+             | "Count" >> beam.combiners.Count.Globally()
+             | "Join" >> beam.Map(_join_chunks, parts, len(chunks), output))
+        watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
+        result = _run(pipeline, output, parts, len(chunks), verbose=verbose,
+                      watcher=watcher)
     return _corpus_result(result, output, inputs, len(chunks), kept)
+
+
+@contextlib.contextmanager
+def _quiet_beam(verbose):
+    """Beam's log while it builds and runs a pipeline: its notices and its workers'
+    tracebacks hidden unless `verbose` (the error `_run` raises says what failed)."""
+    beam_logger = logging.getLogger("apache_beam")
+    level = beam_logger.level
+    if not verbose:
+        beam_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        beam_logger.setLevel(level)
 
 
 def _run(pipeline, output, parts, chunk_count, *, verbose, watcher):
     """Runs `pipeline` to its end and returns its result; a failure is a
     `CorpusTranslationError` that says how many chunks are kept (`verbose`: Beam's own
-    error, and its log)."""
-    beam_logger = logging.getLogger("apache_beam")
-    level = beam_logger.level
-    if not verbose:  # its notices, and workers' tracebacks: the error below says it
-        beam_logger.setLevel(logging.CRITICAL)
+    error)."""
     try:
         result = pipeline.run()
         result.wait_until_finish()
@@ -422,7 +435,6 @@ def _run(pipeline, output, parts, chunk_count, *, verbose, watcher):
             f"{_last_line(error)}); {written} of {chunk_count} chunks are kept in "
             f"{parts}: run the same command again to finish the rest.") from error
     finally:
-        beam_logger.setLevel(level)
         if watcher:
             watcher.stop()
     if watcher:

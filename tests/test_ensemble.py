@@ -152,19 +152,21 @@ def test_a_run_with_another_tokenizer_is_refused_by_name(run_dirs, tmp_path, cap
     assert status == 2 and "tokenizer.model differs from" in capsys.readouterr().err
 
 
-def test_an_ensemble_is_refused_the_first_runs_own_export_folder(run_dirs, capsys):
+def test_an_ensemble_is_refused_its_members_own_export_folders(run_dirs, capsys):
     """RUN_DIR/export is what translate, evaluate and the recipe read as the run's own
     model: an ensemble written there would replace it and pass for the run."""
     run_export = f"{run_dirs['a']}/{files.EXPORT_DIR}"
-    for output in ([], ["--output", run_export], ["--output", f"{run_export}/"]):
+    member_export = f"{run_dirs['b']}/{files.EXPORT_DIR}"  # a member's: the same
+    for output in ([], ["--output", ""], ["--output", run_export],
+                   ["--output", f"{run_export}/"], ["--output", member_export]):
         status = cli.main(["export", run_dirs["a"], "--ensemble", run_dirs["b"], *output])
         assert status == 2
         assert "--ensemble needs --output DIR" in capsys.readouterr().err
-    for output_dir in (None, run_export):
+    for output_dir in (None, "", run_export, member_export):
         with pytest.raises(ValueError, match="An ensemble needs a folder of its own"):
             exporting.export_run(run_dirs["a"], weights="final", output_dir=output_dir,
                                  ensemble=[run_dirs["b"]])
-    assert not os.path.exists(run_export)
+    assert not os.path.exists(run_export) and not os.path.exists(member_export)
 
 
 @pytest.mark.slow

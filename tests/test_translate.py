@@ -43,6 +43,27 @@ def test_length_batches_cover_every_sentence_once_within_both_limits(lengths, ba
             batch_tokens is not None and widest * (len(batch) + 1) > batch_tokens)
 
 
+@pytest.mark.parametrize("exported, asked, message", [
+    # A report that records one of a pair: the other reads as asked.
+    ({"beam_size": 4}, dict(beam_size=2, length_penalty=0.6),
+     "exported with beam size 4 and length penalty 0.6"),
+    ({"length_penalty": 1.0}, dict(beam_size=4, length_penalty=0.6),
+     "exported with beam size 4 and length penalty 1.0"),
+    ({"sampling_top_k": 0}, dict(sampling={"sampling_top_k": 5}),
+     "samples among all tokens at temperature 1"),
+    ({"sampling_temperature": 0.5}, dict(sampling={"sampling_top_k": 5,
+                                                   "sampling_temperature": 1.0}),
+     "samples among 5 tokens at temperature 0.5"),
+    ({"n_best": 2}, dict(n_best=3), "holds n-best lists of 2 hypotheses"),
+])
+def test_what_an_export_cannot_do_is_said_from_what_it_records(exported, asked, message):
+    options = {"beam_size": None, "length_penalty": None, "sampling": {}, "n_best": None,
+               **asked}
+    assert message in loading._unmet_by_export("model.tflite", exported, **options)
+    # What it does not record is taken to be as asked.
+    assert loading._unmet_by_export("model.tflite", {}, **options) is None
+
+
 def test_a_20k_line_stream_translates_like_line_by_line_in_a_bounded_window():
     lines = [b"line %d %s" % (i, b"x" * (i * 7919 % 23)) for i in range(20_000)]
     read = []

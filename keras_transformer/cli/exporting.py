@@ -48,12 +48,17 @@ def _add_export(parser):
                         metavar="RUN_DIR",
                         help="further runs trained with RUN_DIR's tokenizer: the artifact "
                              "translates with the mean of all the models' probabilities "
-                             "(needs --output: RUN_DIR/export is the run's own)")
+                             "(needs --output: each run's export/ is its own)")
     parser.add_argument("--ctranslate2", action="store_true",
                         help="also write CTranslate2 models, float32 and int8 (needs the "
                              "ctranslate2 extra)")
     parser.add_argument("--check", action="store_true",
                         help="then check that every artifact translates like the model")
+
+
+def _same_path(first, second):
+    """Whether two paths name one folder, existing or not."""
+    return os.path.realpath(first) == os.path.realpath(second)
 
 
 def _signature(name):
@@ -67,13 +72,13 @@ def _export(args):
     for run_dir in [args.run_dir, *args.ensemble]:
         runs.load_config(run_dir)  # names a missing or broken run before minutes of work
     runs.load_choice(args.run_dir)  # and a broken choice
-    run_export = os.path.join(args.run_dir, files.EXPORT_DIR)
-    if args.ensemble and (not args.output or
-                          os.path.realpath(args.output) == os.path.realpath(run_export)):
-        raise options.UsageError(
-            f"--ensemble needs --output DIR, a folder of the ensemble's own: {run_export} "
-            f"holds {args.run_dir}'s own export, which translate, evaluate and the recipe "
-            "read as the run's.")
+    for member in [args.run_dir, *args.ensemble] if args.ensemble else ():
+        member_export = os.path.join(member, files.EXPORT_DIR)
+        if not args.output or _same_path(args.output, member_export):
+            raise options.UsageError(
+                f"--ensemble needs --output DIR, a folder of the ensemble's own: "
+                f"{member_export} holds {member}'s own export, which translate, evaluate "
+                "and the recipe read as the run's.")
     if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
         raise options.UsageError(f"--output {args.output} is a file: name a folder to write into.")
     if files.GREEDY_SIGNATURE not in args.signatures:

@@ -175,8 +175,8 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
         weights: which weights to export (see `runs.find_weights`).
         beam_size: int. Beam size of the beam_search signature.
         length_penalty: float. Its α.
-        output_dir: str. Where to write; `RUN_DIR/export` by default, which an
-            ensemble may not use (it would pass for the run's own model).
+        output_dir: str. Where to write; `RUN_DIR/export` by default. An ensemble
+            needs another: no member's export folder (it would pass for that run).
         tflite: bool. Write the TFLite files; without them, the SavedModel alone.
         quantize: bool. Also write the dynamic-range-quantized TFLite file.
         ensemble: run directories of further models, trained with this run's
@@ -192,11 +192,14 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
         raise ValueError("An ensemble has no CTranslate2 form (CTranslate2 decodes one "
                          "model): export without --ctranslate2, or export each run alone.")
     run_export = os.path.join(run_dir, files.EXPORT_DIR)
-    if ensemble and (output_dir is None or _same_path(output_dir, run_export)):
-        # That folder is the run's own model to translate, evaluate and the recipe: an
-        # ensemble there would replace the recipe's export and pass for the run.
-        raise ValueError(f"An ensemble needs a folder of its own (--output DIR): "
-                         f"{run_export} holds {run_dir}'s own export.")
+    if ensemble:
+        # A run's export folder is its own model to translate, evaluate and the recipe:
+        # an ensemble there would replace the recipe's export and pass for the run.
+        for member in [run_dir, *ensemble]:
+            member_export = os.path.join(member, files.EXPORT_DIR)
+            if not output_dir or _same_path(output_dir, member_export):
+                raise ValueError(f"An ensemble needs a folder of its own (--output DIR): "
+                                 f"{member_export} holds {member}'s own export.")
     choice = None if ensemble else runs.load_choice(run_dir)
     given = (beam_size, length_penalty, weights)
     if choice is not None and weights is None:

@@ -3,7 +3,7 @@
     {"sentences": ["A man rides a bike."], "beam": true, "n_best": 3, "alignment": true}
     -> {"translations": [{"source": ..., "translation": ..., "score": ..., "n_best":
         [...], "alignment": [[0, 0], ...], "source_words": [...], "target_words": [...]}],
-        "signature": "beam_search"}
+        "signature": "align"}
 
 `parse_request` checks the fields and says which signature answers them (greedy or
 beam search, `prefix`, `sample` or `align`, with `n_best` beside); `response` writes the

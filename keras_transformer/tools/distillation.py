@@ -8,7 +8,7 @@ A trained run, the teacher, translates the source side of its own training split
 (greedy decoding, or beam search with `beam=True`), through its exported SavedModel
 (exported first if it has none), or through
 another artifact exported from it (`--artifact`: an ensemble of runs, say,
-`keras-transformer export TEACHER_RUN --ensemble OTHER_RUNS... --output-dir DIR`). OUTPUT_DIR
+`keras-transformer export TEACHER_RUN --ensemble OTHER_RUNS... --output DIR`). OUTPUT_DIR
 receives a Multi30K-layout corpus: the training split holds the original pairs followed
 by the same sources with the teacher's translations, so each pass sees every sentence
 twice; the validation and test splits are the original ones, so scores stay comparable.
