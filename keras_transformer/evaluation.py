@@ -206,8 +206,9 @@ def evaluate(artifact, source, reference, *, batch_size=64, beam=False, beam_siz
     """
     # Checked before translating, which can take minutes.
     pairs = {os.path.basename(os.fspath(source)): (source, reference)}
-    check_pairs(pairs, output=output, single_output=True)
-    files.check_output_file("--json", json_path, {"source": source, "reference": reference})
+    check_pairs(pairs, output=output, single_output=True, artifact=artifact)
+    files.check_output_file("--json", json_path, {"source": source, "reference": reference,
+                                                  "artifact": artifact})
     translator = loading.load_translator(
         artifact, beam=beam, beam_size=beam_size, length_penalty=length_penalty,
         greedy=greedy, batch_size=batch_size, session=session,
@@ -271,7 +272,8 @@ def evaluate_splits(translator, pairs, *, output=None, single_output=False, verb
     Returns:
         `{name: scores}` (`score_files`'s dicts).
     """
-    check_pairs(pairs, output=output, single_output=single_output)
+    check_pairs(pairs, output=output, single_output=single_output,
+                artifact=translator.artifact)
     return {name: score_files(translator.runner, source, reference,
                               batch_size=translator.batch_size,
                               output=_output_path(output, name, reference, single_output),
@@ -279,10 +281,11 @@ def evaluate_splits(translator, pairs, *, output=None, single_output=False, verb
             for name, (source, reference) in pairs.items()}
 
 
-def check_pairs(pairs, *, output=None, single_output=False):
+def check_pairs(pairs, *, output=None, single_output=False, artifact=None):
     """Raises an error naming the first source, reference or output that cannot be used.
 
-    Arguments as `evaluate_splits`; made before any translating, which takes minutes.
+    Arguments as `evaluate_splits`, and the `artifact` that translates (no output may
+    be it); made before any translating, which takes minutes.
     """
     if output and not single_output:
         if os.path.exists(output) and not os.path.isdir(output):
@@ -292,7 +295,8 @@ def check_pairs(pairs, *, output=None, single_output=False):
     for name, (source, reference) in pairs.items():
         files.check_output_file("--output", _output_path(output, name, reference,
                                                          single_output),
-                                {"source": source, "reference": reference})
+                                {"source": source, "reference": reference,
+                                 "artifact": artifact})
         read_pair(source, reference)
 
 

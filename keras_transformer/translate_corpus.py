@@ -363,7 +363,8 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         raise ValueError(f"--output {output} is one of the inputs: write elsewhere.")
     # The same local file under another spelling (./a, a symbolic link) too.
     files.check_not_an_input("--output", output, {
-        f"input {path}": path for path in paths if os.path.exists(path)})
+        "artifact": artifact, **{f"input {path}": path for path in paths
+                                 if os.path.exists(path)}})
     if files.is_run_dir(artifact):  # exported once here, not in every worker
         from keras_transformer.serving import artifacts
         artifacts.resolve_artifact(artifact, export_if_missing=True)

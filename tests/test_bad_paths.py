@@ -73,7 +73,7 @@ def test_evaluation_of_empty_files_is_an_error_not_a_sacrebleu_crash(tmp_path, c
 
 
 def test_translate_refuses_to_write_over_its_input(texts, capsys):
-    source, _ = texts
+    source, reference = texts
     before = source.read_bytes()
     status = cli.main(["translate", NO_ARTIFACT, "-i", str(source), "-o", str(source)])
     assert status == 2
@@ -87,8 +87,12 @@ def test_translate_refuses_to_write_over_its_input(texts, capsys):
     assert prefixes.read_text(encoding="utf-8") == "Ein\n"
     model = source.with_name("model.tflite")
     model.write_bytes(b"model")
-    for verb in (["translate", str(model), "-i", str(source)], ["fuzz", str(model)]):
-        assert cli.main([*verb, "-o", str(model)]) == 2, verb
+    pair = ["--source", str(source), "--reference", str(reference)]
+    for verb in (["translate", str(model), "-i", str(source), "-o"], ["fuzz", str(model), "-o"],
+                 ["score", str(model), "--source", str(source), "--target", str(reference),
+                  "-o"], ["evaluate", str(model), *pair, "-o"],
+                 ["evaluate", str(model), *pair, "--json"]):
+        assert cli.main([*verb, str(model)]) == 2, verb
         assert "is also the artifact" in capsys.readouterr().err
     assert model.read_bytes() == b"model"
 

@@ -131,6 +131,12 @@ def test_an_input_named_otherwise_as_the_output_is_refused_and_kept(tmp_path):
         with pytest.raises(ValueError, match="overwrite the input"):
             run(tmp_path, output)
     assert (tmp_path / "part-0.txt").read_bytes() == before
+    model = tmp_path / "model.tflite"  # nor is the artifact
+    model.write_bytes(b"model")
+    with pytest.raises(ValueError, match="overwrite the artifact"):
+        translate_corpus.translate_corpus(str(model), [str(tmp_path / "part-*.txt")],
+                                          str(model), handler=FakeHandler())
+    assert model.read_bytes() == b"model"
 
 
 def test_a_rewritten_chunk_leaves_one_copy(tmp_path):

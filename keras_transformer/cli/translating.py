@@ -309,9 +309,11 @@ def _evaluate(args):
     else:
         pairs = evaluation.split_files(args.artifact, args.split, data_dir=args.data_dir)
     # Every file and output is checked before the artifact loads and translates.
-    evaluation.check_pairs(pairs, output=args.output, single_output=single)
+    evaluation.check_pairs(pairs, output=args.output, single_output=single,
+                           artifact=args.artifact)
     files.check_output_file("--json", args.json, {"source": args.source,
-                                                  "reference": args.reference})
+                                                  "reference": args.reference,
+                                                  "artifact": args.artifact})
     if not args.artifact.endswith(".tflite"):
         console.load_tensorflow(args.verbose)
     translator = _load_translator(args)
@@ -346,7 +348,8 @@ def _add_score(parser):
 def _score(args):
     from keras_transformer import translate
     files.check_output_file("--output", args.output, {"--source": args.source,
-                                                      "--target": args.target})
+                                                      "--target": args.target,
+                                                      "artifact": args.artifact})
     _check_same_lengths(("--source", args.source), ("--target", args.target))
     if not args.artifact.endswith(".tflite"):
         console.load_tensorflow(args.verbose)
