@@ -170,13 +170,16 @@ def test_self_check_passes_on_the_tiny_export(exported):
     assert [check.passed for check in checks if "quantized" in check.name] == [None]
 
 
-def test_self_check_of_a_greedy_only_export_checks_what_it_holds(exported, tmp_path):
-    # `export --signatures serving_default`: no beam search to compare with.
+def test_self_check_of_an_export_without_beam_search_checks_what_it_holds(exported,
+                                                                          tmp_path):
+    # `export --signatures serving_default,n_best,prefix,score`: no beam search to
+    # compare the others with, nor to take prefixes from.
     from keras_transformer.serving import export
     from keras_transformer.serving.translator import Translator
 
     translator = Translator(exported.translator.model, exported.translator.tokenizer,
-                            signatures=[files.GREEDY_SIGNATURE])
+                            signatures=[files.GREEDY_SIGNATURE, files.N_BEST_SIGNATURE,
+                                        files.PREFIX_SIGNATURE, files.SCORE_SIGNATURE])
     directory = str(tmp_path / "greedy")
     export.export_translator(translator, directory, tflite=False)
     sentences = list(validation_sentences())[:8]
@@ -187,6 +190,8 @@ def test_self_check_of_a_greedy_only_export_checks_what_it_holds(exported, tmp_p
     assert all(check.passed for check in checks), self_check.format_table(checks)
     names = [check.name for check in checks]
     assert "in-memory model = SavedModel" in names
+    assert "prefix: translations start with it (SavedModel)" in names
+    assert "n_best: in-memory = SavedModel" in names
     assert not [name for name in names if "beam" in name], names
 
 

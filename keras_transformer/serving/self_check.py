@@ -161,9 +161,10 @@ def rich_decoding_checks(export_dir, sources, translator=None, *, saved=None):
     `artifact_checks`).
 
     The n-best lists of `sources` must start with beam search's output; translations
-    after prefixes (the first word of each beam translation, at most 12 characters)
-    must start with them; every signature's ids must agree in the SavedModel, the
-    TFLite file and in memory, as must its scores, and `align`'s attention.
+    after prefixes (the first word of each beam translation, or greedy one without
+    beam search, at most 12 characters) must start with them; every signature's ids
+    must agree in the SavedModel, the TFLite file and in memory, as must its scores,
+    and `align`'s attention.
     """
     saved_model = saved or load_saved_model(export_dir)
     tflite_path = os.path.join(export_dir, files.TFLITE)
@@ -189,20 +190,23 @@ def rich_decoding_checks(export_dir, sources, translator=None, *, saved=None):
                                           found["attention"], outputs["attention"]))
         return found
 
+    # `export --signatures` may leave beam search out: what needs it is left out too.
+    beam_search = (saved_model.with_signature(files.BEAM_SIGNATURE)
+                   if files.BEAM_SIGNATURE in signatures else None)
     if files.N_BEST_SIGNATURE in signatures:
         n_best = agreement(files.N_BEST_SIGNATURE)
-        beam = saved_model.with_signature(files.BEAM_SIGNATURE)(sources)
-        checks.append(compare("n-best: first = beam search (SavedModel)",
-                              token_sequences(beam["token_ids"]),
-                              token_sequences(n_best["token_ids"][:, 0])))
+        if beam_search is not None:
+            checks.append(compare("n-best: first = beam search (SavedModel)",
+                                  token_sequences(beam_search(sources)["token_ids"]),
+                                  token_sequences(n_best["token_ids"][:, 0])))
     if files.SCORE_SIGNATURE in signatures:
         agreement(files.SCORE_SIGNATURE, runners.translations(saved_model(sources)),
                   ids=lambda outputs: token_sequences(outputs["token_ids"]))
     if files.PREFIX_SIGNATURE in signatures:
-        beam = runners.translations(saved_model.with_signature(files.BEAM_SIGNATURE)(sources))
+        texts = runners.translations((beam_search or saved_model)(sources))
         # At most 12 characters: a word cut short is what autocompletion forces, and a
         # random model's endless first word would not fit its length limit.
-        prefixes = [" ".join(text.split()[:1])[:12] for text in beam]
+        prefixes = [" ".join(text.split()[:1])[:12] for text in texts]
         found = agreement(files.PREFIX_SIGNATURE, prefixes)
         checks.append(_starts_with_prefixes(saved_model, signatures, sources, prefixes,
                                             found))
