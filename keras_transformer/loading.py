@@ -76,7 +76,8 @@ class LoadedTranslator:
 
         Each entry is a `formats.Hypothesis` (`translation`, `score`: its log-probability,
         `normalized_score`: that over the length penalty, which ranks them). The beam
-        size, α and n are the artifact's (`export --n-best`); sentences with fewer
+        size, α and n are the artifact's (`export --n-best`), or for a run directory's
+        model in memory those `load_translator` was given; sentences with fewer
         hypotheses (an empty one has one) get shorter lists.
         """
         return [formats.hypotheses(row)
@@ -229,7 +230,8 @@ def load_translator(path, *, beam=False, beam_size=None, length_penalty=None, gr
                              length_penalty=length_penalty, sampling=sampling, n_best=n_best)
     if is_run and (unmet or (choice is not None and  # or it holds other weights
                              exported.get("weights", choice.weights) != choice.weights)):
-        return _model_in_memory(path, choice, decoding, sampling, n_best, batching)
+        return _model_in_memory(path, choice, decoding, sampling, n_best, batching,
+                                exported=exported)
     if unmet:
         raise ValueError(unmet)
     artifact = artifacts.resolve_artifact(path, export_if_missing=is_run and export_if_missing)
@@ -282,20 +284,27 @@ def _unmet_by_export(path, exported, *, beam_size, length_penalty, sampling, n_b
     return None
 
 
-def _model_in_memory(run_dir, choice, decoding, sampling, n_best, batching):
+def _model_in_memory(run_dir, choice, decoding, sampling, n_best, batching, *, exported):
     """A `LoadedTranslator` over the model of `run_dir` in memory (its chosen weights,
-    else its newest), which decodes with any beam size, α, sampling and n-best length."""
+    else its newest), which decodes with any beam size, α, sampling and n-best length.
+
+    Greedy decoding keeps a beam search for the n-best lists: the one `exported`
+    records (`_exported_decoder`: the run's export, or what `export` would write).
+    """
+    searched = decoding["beam_size"] or exported.get("beam_size", files.PAPER_BEAM_SIZE)
+    alpha = decoding["length_penalty"]
+    if alpha is None:
+        alpha = exported.get("length_penalty", files.PAPER_LENGTH_PENALTY)
     sampling = dict(sampling)
     if n_best is not None:
-        searched = decoding["beam_size"] or files.PAPER_BEAM_SIZE
         if n_best > searched:
             raise ValueError(
                 f"n-best lists of {n_best} need a beam of at least {n_best}, not "
                 f"{searched}: give a beam size (--beam-size) of at least {n_best}.")
         sampling["n_best"] = n_best
     weights = choice.weights_path(run_dir) if choice else None
-    runner = _run_module_runner(run_dir, decoding["beam_size"], decoding["length_penalty"],
-                                weights, **sampling)
+    runner = _run_module_runner(run_dir, weights, beam=decoding["beam_size"] is not None,
+                                beam_size=searched, length_penalty=alpha, **sampling)
     return LoadedTranslator(runner, artifact=None, **decoding, **batching,
                             open_signature=runner.with_signature)
 
@@ -344,15 +353,12 @@ def _exported_decoder(artifact, choice=None):
     return found
 
 
-def _run_module_runner(run_dir, beam_size, length_penalty, weights=None, **options):
-    """A `ModuleRunner` over the model of `run_dir` (`weights`, else its newest), with
-    the `sampling_top_k`, `sampling_temperature` and `n_best` in `options` if given."""
+def _run_module_runner(run_dir, weights, *, beam, **options):
+    """A `ModuleRunner` over the model of `run_dir` (`weights`, else its newest), its
+    beam search or (not `beam`) greedy decoding, its `Translator` made with `options`
+    (`beam_size`, `length_penalty`, sampling, `n_best`)."""
     # Imported here: the model code, which artifacts do not need.
     from keras_transformer.serving.translator import Translator
 
     _, tokenizer, model = runs.load_run(run_dir, weights)
-    # Greedy translation keeps the paper's beam search for the n-best lists.
-    translator = Translator(model, tokenizer, beam_size=beam_size or files.PAPER_BEAM_SIZE,
-                            length_penalty=files.PAPER_LENGTH_PENALTY
-                            if length_penalty is None else length_penalty, **options)
-    return runners.ModuleRunner(translator, beam=beam_size is not None)
+    return runners.ModuleRunner(Translator(model, tokenizer, **options), beam=beam)

@@ -150,6 +150,16 @@ def test_longer_n_best_lists_than_exported_come_from_a_run_directory(exported, t
         encoding="utf-8")
     assert loading.beam_size_of(run_dir) == 8
     translating._check_n_best_of_artifact(8, run_dir)
+    # Lists of 4 exported with beam 8: 6 come from the model in memory, as the command
+    # line (which searches as exported) gives them, not refused for the paper's beam 4.
+    (export_dir / files.REPORT_JSON).write_text(json.dumps(
+        {"translator": {"beam_size": 8, "length_penalty": 1.0, "n_best": 4}}),
+        encoding="utf-8")
+    translating._check_n_best_of_artifact(6, run_dir)
+    loaded = loading.load_translator(run_dir, n_best=6, export_if_missing=False)
+    translator = loaded.runner.translator
+    assert loaded.artifact is None and loaded.decoder == "greedy"
+    assert (translator.beam_size, translator.length_penalty) == (8, 1.0)
 
 
 # Seen in the full suite (scores of one batch up to 2 nats off, the same wrong values in

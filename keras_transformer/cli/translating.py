@@ -30,8 +30,9 @@ def _add_translate(parser):
     options.add_decoder_options(parser)
     written = parser.add_mutually_exclusive_group()
     written.add_argument("--n-best", type=options.positive_int, metavar="N",
-                         help="the N best hypotheses of beam search (at most the "
-                              "artifact's, export --n-best), in Moses's n-best format: "
+                         help="the N best hypotheses of beam search (an artifact's hold "
+                              "export --n-best; a run directory gives up to its beam "
+                              "size), in Moses's n-best format: "
                               "'LINE ||| TRANSLATION ||| log_prob= LP ||| SCORE', LINE "
                               "from 0, SCORE = LP over the length penalty")
     written.add_argument("--scores", action="store_true",
@@ -216,7 +217,9 @@ def _check_n_best_of_artifact(count, artifact, beam_size=None):
     if held is not None and count > held:
         raise options.UsageError(
             f"--n-best {count}: the n-best lists of {artifact} hold {held} hypotheses: "
-            f"ask for at most {held}, or export again with --n-best {count}.")
+            f"ask for at most {held}, export the run again with --n-best {count} (and a "
+            f"--beam-size of at least {count}), or name the run directory, which gives "
+            "any.")
 
 
 def _check_same_lengths(*flags_and_paths):
