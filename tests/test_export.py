@@ -397,11 +397,19 @@ def test_an_export_matches_only_the_weights_choice_and_artifacts_it_holds(tmp_pa
 
 
 def test_check_of_a_run_without_a_readable_export_says_what_to_do(tmp_path, capsys):
+    from keras_transformer import config as config_lib
+
     run_dir = tmp_path / "run"
-    (run_dir / files.EXPORT_DIR).mkdir(parents=True)
+    # A mistyped run is named as such, not told to export itself.
     assert cli.main(["check", str(run_dir)]) == 2
-    assert "holds no export (export_report.json is missing): export the run there" in (
-        capsys.readouterr().err)
+    assert f"{run_dir} is not a run directory" in capsys.readouterr().err
+    (run_dir / files.EXPORT_DIR).mkdir(parents=True)
+    (run_dir / files.CONFIG).write_text(config_lib.preset_config("tiny").to_json(),
+                                        encoding="utf-8")
+    assert cli.main(["check", str(run_dir)]) == 2
+    error = capsys.readouterr().err
+    assert "holds no export (export_report.json is missing): export the run there" in error
+    assert "check RUN_DIR --export-dir DIR" in error
     (run_dir / files.EXPORT_DIR / files.REPORT_JSON).write_text("[]", encoding="utf-8")
     assert cli.main(["check", str(run_dir)]) == 2
     assert "not a valid export report (not a JSON object)" in capsys.readouterr().err

@@ -135,8 +135,9 @@ def read_report(export_dir):
     report = artifacts.export_report(os.path.join(export_dir, files.SAVED_MODEL))
     if report is None:
         raise ValueError(f"{export_dir} holds no export ({files.REPORT_JSON} is missing): "
-                         "export the run there first (keras-transformer export RUN_DIR, "
-                         "with -o DIR for another folder).")
+                         "export the run there first (keras-transformer export RUN_DIR), "
+                         "or name the folder it was exported to (check RUN_DIR "
+                         "--export-dir DIR).")
     return report
 
 
@@ -418,6 +419,7 @@ def check_sentences(config, sentences_file=None, count=100):
 
 def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
     """Runs every check on the export of `run_dir`; returns the list of `Check`s."""
+    runs.load_config(run_dir)  # names a mistyped or broken run before its export
     export_dir = export_dir or os.path.join(run_dir, files.EXPORT_DIR)
     recorded = read_report(export_dir).get("run", {})
     export_folder.check_consistent(export_dir)
