@@ -159,18 +159,17 @@ class Config:
         files.write_text(path, self.to_json() + "\n")
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path, *, check=True):
         """Returns the config in the file `path`; raises `ConfigError`, naming the file,
-        for one that is not JSON, holds unknown sections or fields, or a value of another
-        type (`check_types`: a file edited by hand, before any model is built from it).
-        The other rules (`check_config`) are training's to check, after overrides and
-        without refusing runs made before a rule was added."""
+        for one that is not JSON, holds unknown sections or fields, or (`check`) a value
+        of another type (`check_types`: a file edited by hand, before any model is built
+        from it; without `check`, the caller checks after its overrides, which may fix
+        it). The other rules (`check_config`) are training's to check, after overrides
+        and without refusing runs made before a rule was added."""
         with open(path, encoding="utf-8") as file:
             config = cls.from_json(file.read(), source=path)
-        try:
-            check_types(config)
-        except ConfigError as error:
-            raise ConfigError(f"{path}: {error}") from None
+        if check:
+            check_file_types(config, path)
         return config
 
 
@@ -362,6 +361,14 @@ def check_types(config):
             if not _has_type(getattr(section, field.name), field.type):
                 raise ConfigError(f"{_assignment(section_field.name, section, field.name)}: "
                                   f"expected {_type_name(field.type)}.")
+
+
+def check_file_types(config, path):
+    """`check_types`, its error naming the file `path` the config was read from."""
+    try:
+        check_types(config)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def check_config(config):

@@ -105,6 +105,23 @@ def test_corrupt_or_unknown_config_files_name_the_file_and_problem(tmp_path):
         config_lib.Config.load(path)
 
 
+def test_an_override_may_fix_a_config_files_value_of_another_type(tmp_path):
+    from keras_transformer import cli
+
+    path = tmp_path / "c.json"
+    raw = json.loads(config_lib.preset_config("tiny").to_json())
+    raw["train"]["epochs"] = "3"  # edited by hand: a string
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    parser = cli.make_parser()[1]["train"]
+    config, _ = cli.make_config(parser.parse_intermixed_args(
+        ["--config", str(path), "epochs=3"]))
+    assert config.train.epochs == 3
+    for fixed_by in ([], ["dropout=0.2"]):  # unfixed, it is named with its file
+        with pytest.raises(ValueError, match=r'c.json: train.epochs="3": expected'):
+            cli.make_config(parser.parse_intermixed_args(["--config", str(path),
+                                                          *fixed_by]))
+
+
 def test_config_files_with_retired_fields_still_load(tmp_path):
     path = tmp_path / "config.json"
     raw = json.loads(config_lib.preset_config("tiny").to_json())

@@ -127,7 +127,7 @@ def make_config(args):
         raise UsageError("give --preset or --config, not both")
     if args.config:
         try:
-            config = config_lib.Config.load(args.config)
+            config = config_lib.Config.load(args.config, check=False)  # see below
         except OSError as error:
             raise UsageError(f"--config {args.config}: cannot read it ({error.strerror}). "
                              "Give the config.json of an earlier run, or a --preset.") from None
@@ -154,6 +154,8 @@ def make_config(args):
         config, data=dataclasses.replace(config.data, **data),
         train=dataclasses.replace(config.train, **train))
     config = config_lib.override(config, args.overrides)
+    if args.config:  # after the options and overrides, which may fix a value of the file
+        config_lib.check_file_types(config, args.config)
     run_dir = args.run_dir
     if run_dir is None and args.config and name == "config":
         run_dir = os.path.dirname(args.config) or "."  # a run's own config.json
