@@ -147,14 +147,16 @@ def train_once(config, run_dir):
         try:
             with open(record_path, encoding="utf-8") as file:
                 record = json.load(file)
-            minutes, updates = float(record["minutes"]), int(record["updates"])
+            # What the recipe's result and its readers (benchmarks.quality) take from it.
+            record = {**record, "minutes": float(record["minutes"]),
+                      "updates": int(record["updates"]), "epochs": int(record["epochs"])}
         except (ValueError, KeyError, TypeError) as error:  # edited, truncated
             raise ValueError(
                 f"{record_path}: not a training record ({type(error).__name__}: {error}). "
                 f"It marks the training in {run_dir} as finished: restore it, or train "
                 "into a new --run-dir.") from None
         logger.info("Training already finished in %s (%.1f min, %d updates).", run_dir,
-                    minutes, updates)
+                    record["minutes"], record["updates"])
         return record
     logger.info("Training into %s", run_dir)
     spent_minutes = backup.read_backup_minutes(os.path.join(run_dir, files.BACKUP))

@@ -151,7 +151,12 @@ def test_a_recipe_refuses_a_finished_run_of_another_config(tmp_path):
     # What a resumed run may change, and the vocabulary its tokenizer settled.
     allowed = config_lib.override(config, ["epochs=3", "vocabulary_size=999"])
     assert recipe.train_once(allowed, str(run_dir)) == record
-    for damaged in ("[]", "{}", '{"minutes": 1.0, "upd'):  # edited by hand, truncated
+    # Edited by hand: its numbers as numbers.
+    (run_dir / files.TRAINING_RECORD).write_text(json.dumps({**record, "minutes": "1.5"}),
+                                                 encoding="utf-8")
+    assert recipe.train_once(config, str(run_dir)) == {**record, "minutes": 1.5}
+    for damaged in ("[]", "{}", '{"minutes": 1.0, "upd',  # edited by hand, truncated
+                    json.dumps({"minutes": 1.0, "updates": 10})):
         (run_dir / files.TRAINING_RECORD).write_text(damaged, encoding="utf-8")
         with pytest.raises(ValueError, match="training_record.json: not a training record"):
             recipe.train_once(config, str(run_dir))
