@@ -64,6 +64,17 @@ def test_what_an_export_cannot_do_is_said_from_what_it_records(exported, asked, 
     assert loading._unmet_by_export("model.tflite", {}, **options) is None
 
 
+def test_a_damaged_ctranslate2_options_file_is_named(tmp_path):
+    directory = tmp_path / files.CTRANSLATE2
+    directory.mkdir()
+    (directory / files.CTRANSLATE2_MODEL).write_bytes(b"weights")
+    for damaged in ('{"beam_size": 4,', "[4]"):  # truncated, edited by hand
+        (directory / files.CTRANSLATE2_OPTIONS).write_text(damaged, encoding="utf-8")
+        with pytest.raises(ValueError, match=r"translator.json: not the options of a "
+                                             r"CTranslate2 export .* --ctranslate2"):
+            artifacts.exported_options(str(directory))
+
+
 def test_a_20k_line_stream_translates_like_line_by_line_in_a_bounded_window():
     lines = [b"line %d %s" % (i, b"x" * (i * 7919 % 23)) for i in range(20_000)]
     read = []

@@ -89,10 +89,24 @@ def export_report(artifact):
 def exported_options(artifact):
     """Returns the decoding options `artifact` was exported with (`translator.Translator`'s
     `settings`): a CTranslate2 directory's `translator.json`, else the `translator` of
-    the export report beside it; `{}` when neither is there."""
+    the export report beside it; `{}` when neither is there.
+
+    Raises:
+        ValueError: the file is there but not a JSON object (it names the file).
+    """
     if files.is_ctranslate2_dir(artifact):  # its own: it may have been copied alone
-        with open(os.path.join(artifact, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
-            return json.load(file)
+        path = os.path.join(artifact, files.CTRANSLATE2_OPTIONS)
+        fix = "Export the run again (keras-transformer export RUN_DIR --ctranslate2)."
+        try:
+            with open(path, encoding="utf-8") as file:
+                options = json.load(file)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: not the options of a CTranslate2 export ({error}). "
+                             f"{fix}") from None
+        if not isinstance(options, dict):
+            raise ValueError(f"{path}: not the options of a CTranslate2 export (not a JSON "
+                             f"object). {fix}")
+        return options
     return (export_report(artifact) or {}).get("translator") or {}
 
 
