@@ -100,3 +100,38 @@ def test_a_truncated_checkpoint_is_named_in_the_error(run_with_checkpoints, caps
     error = capsys.readouterr().err
     assert error.startswith("error: ") and damaged in error
     assert not os.path.exists(run_dir / files.AVERAGED_WEIGHTS)
+
+
+def test_an_average_never_replaces_what_is_not_an_earlier_average(run_with_checkpoints,
+                                                                  capsys):
+    run_dir, _, _ = run_with_checkpoints
+    checkpoint = run_dir / files.CHECKPOINTS / "step-00000040.weights.h5"
+    best = run_dir / files.CHECKPOINTS / files.BEST_WEIGHTS
+    shutil.copy(checkpoint, best)
+    (run_dir / files.CHECKPOINTS / files.BEST_INFO).write_text('{"bleu": 30.1}')
+    mine = run_dir / "teacher.weights.h5"  # the user's: free, but its record is not
+    (run_dir / "teacher.json").write_text('{"notes": "mine"}')
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    for output in (checkpoint, best, mine, run_dir / "config.weights.h5"):
+        assert cli.main(["average", str(run_dir), "--output", str(output)]) == 2
+        assert "is not an earlier average" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in run_dir.rglob("*")
+            if path.is_file()} == before
+    # An earlier average is replaced, as the default output always is.
+    output = run_dir / "mean.weights.h5"
+    for _ in range(2):
+        assert cli.main(["average", str(run_dir), "--output", str(output)]) == 0
+
+
+def test_the_average_the_recipe_chose_is_not_replaced(run_with_checkpoints, capsys):
+    run_dir, _, _ = run_with_checkpoints
+    averaged = averaging.average_run(str(run_dir), last=3)
+    runs.record_choice(str(run_dir), weights_path=averaged, beam_size=4, length_penalty=1.0,
+                       chosen_by="recipe: mean of newest 3")
+    before = (run_dir / files.AVERAGED_WEIGHTS).read_bytes()
+    assert cli.main(["average", str(run_dir), "--last", "5"]) == 2
+    assert "holds the weights the recipe chose on validation (recipe: mean of newest 3)" in \
+        capsys.readouterr().err
+    assert (run_dir / files.AVERAGED_WEIGHTS).read_bytes() == before
+    assert cli.main(["average", str(run_dir), "--output",
+                     str(run_dir / "five.weights.h5")]) == 0

@@ -72,6 +72,15 @@ def _add_average(parser):
 
 
 def _average(args):
+    from keras_transformer import runs
+    output = args.output or os.path.join(args.run_dir, files.AVERAGED_WEIGHTS)
+    choice = runs.load_choice(args.run_dir) if files.is_run_dir(args.run_dir) else None
+    if choice is not None and os.path.realpath(choice.weights_path(args.run_dir)) == \
+            os.path.realpath(output):
+        # Else export, translate and evaluate would take another mean for the chosen one.
+        raise options.UsageError(
+            f"{output} holds the weights the recipe chose on validation "
+            f"({choice.chosen_by}): write this average elsewhere (--output FILE).")
     console.load_tensorflow(args.verbose)
     from keras_transformer.training import averaging
     print(f"Wrote {averaging.average_run(args.run_dir, args.last, args.output)}")

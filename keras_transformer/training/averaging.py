@@ -46,7 +46,10 @@ def average_run(run_dir, last=5, output=None):
         run_dir: str. A run directory (see `keras_transformer.runs`).
         last: int. How many of the newest checkpoints to average. Fewer are used, with a
             warning, when fewer exist (training keeps `train.keep_checkpoints` of them).
-        output: str. Where to write; defaults to `RUN_DIR/averaged.weights.h5`.
+        output: str. Where to write; defaults to `RUN_DIR/averaged.weights.h5`. An
+            existing file is replaced only when it is an earlier average (its record
+            beside it), never a checkpoint, the best or final weights, or a file of the
+            user's.
 
     Returns:
         The path written.
@@ -58,6 +61,7 @@ def average_run(run_dir, last=5, output=None):
             raise ValueError(f"--output {output}: Keras weights files end in .weights.h5; "
                              "name one that does.")
         files.check_output_file("--output", output)
+        _check_replaceable(output)
     runs.check_run_dir(run_dir)
     checkpoint_dir = os.path.join(run_dir, files.CHECKPOINTS)
     paths = runs.list_checkpoints(checkpoint_dir)[-last:]
@@ -78,3 +82,20 @@ def average_run(run_dir, last=5, output=None):
 def record_path(weights_path):
     """Returns where `average_run` records which checkpoints made `weights_path`."""
     return os.path.splitext(os.path.splitext(weights_path)[0])[0] + ".json"
+
+
+def _check_replaceable(output):
+    """Raises ValueError when writing `output` and its record would replace what is
+    not an earlier average: a checkpoint (`--output RUN/checkpoints/step-….weights.h5`),
+    the best weights and their `best.json`, `config.json` beside `config.weights.h5`."""
+    record = record_path(output)
+    try:
+        with open(record, encoding="utf-8") as file:
+            earlier = isinstance(json.load(file).get("checkpoints"), list)
+    except (OSError, ValueError, AttributeError):  # none, not JSON, not an object
+        earlier = False
+    for path in (output, record):
+        if os.path.exists(path) and not earlier:
+            raise ValueError(f"--output {output}: {path} exists and is not an earlier "
+                             f"average (no {record} names its checkpoints); writing "
+                             "would replace it. Name a new file.")
