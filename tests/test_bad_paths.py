@@ -97,6 +97,30 @@ def test_translate_refuses_to_write_over_its_input(texts, capsys):
     assert model.read_bytes() == b"model"
 
 
+def test_translate_refuses_to_write_over_its_standard_input(texts):
+    # `translate A -o x.txt < x.txt` would empty x.txt before reading it.
+    import subprocess
+    import sys
+
+    source, _ = texts
+    before = source.read_bytes()
+    with open(source, "rb") as stdin:
+        result = subprocess.run([sys.executable, "-m", "keras_transformer", "translate",
+                                 NO_ARTIFACT, "-o", str(source)], stdin=stdin,
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert f"--output {source} is also the standard input" in result.stderr
+    assert source.read_bytes() == before
+
+
+def test_evaluate_refuses_scores_over_its_translations(texts, tmp_path, capsys):
+    source, reference = texts
+    output = str(tmp_path / "out.de")
+    assert cli.main(["evaluate", NO_ARTIFACT, "--source", str(source), "--reference",
+                     str(reference), "-o", output, "--json", output]) == 2
+    assert "is also the --output" in capsys.readouterr().err
+
+
 def test_damaged_gzip_input_is_named_before_a_model_loads(tmp_path, capsys):
     import gzip
 

@@ -12,6 +12,9 @@ from keras_transformer.data import text
 
 logger = logging.getLogger(__name__)
 
+# The file standard input reads when it is redirected from one (Linux, macOS).
+STANDARD_INPUT = "/dev/stdin"
+
 
 def _add_translate(parser):
     parser.add_argument("artifact", metavar="ARTIFACT",
@@ -67,7 +70,9 @@ def _add_sampling_options(parser):
 def _translate(args):
     from keras_transformer import translate  # NumPy: see the module docstring
     files.check_output_file("--output", args.output, {
-        "--input": args.input, "--prefix-file": args.prefix_file, "artifact": args.artifact})
+        "--input": args.input, "--prefix-file": args.prefix_file, "artifact": args.artifact,
+        # `-o x.txt < x.txt`: opening the output would empty the input before it is read.
+        "standard input": STANDARD_INPUT if args.input is None else None})
     if args.input and not os.path.isfile(args.input):
         raise options.UsageError(f"--input {args.input}: no such file.")
     searching = args.n_best or args.alignment or args.prefix_file
@@ -317,6 +322,10 @@ def _evaluate(args):
     files.check_output_file("--json", args.json, {"source": args.source,
                                                   "reference": args.reference,
                                                   "artifact": args.artifact})
+    if args.json and args.output and os.path.realpath(args.json) == os.path.realpath(
+            args.output):
+        raise options.UsageError(f"--json {args.json} is also the --output: the scores "
+                                 "would replace the translations. Name another --json.")
     if not args.artifact.endswith(".tflite"):
         console.load_tensorflow(args.verbose)
     translator = _load_translator(args)
