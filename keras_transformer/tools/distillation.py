@@ -214,7 +214,6 @@ def _whole_lines(path):
     with open(path, "rb") as file:
         data = file.read()
     if data and not data.endswith(b"\n"):  # a write cut short: keep the whole lines
-        data = data[:data.rfind(b"\n") + 1]
-        with open(path, "wb") as file:
-            file.write(data)
+        # Atomically: a kill while rewriting in place would lose every line translated.
+        files.write_bytes(path, data[:data.rfind(b"\n") + 1])
     return read_lines(path)
