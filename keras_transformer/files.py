@@ -93,6 +93,10 @@ CTRANSLATE2 = "ctranslate2"
 CTRANSLATE2_INT8 = "ctranslate2_int8"
 CTRANSLATE2_MODEL = "model.bin"  # CTranslate2's own name, in each of the two above
 CTRANSLATE2_OPTIONS = "translator.json"  # beside it: the exported translator's options
+# All an export folder holds: exporting again replaces the folder whole.
+EXPORT_MEMBERS = frozenset({TOKENIZER_MODEL, SAVED_MODEL, TFLITE, TFLITE_QUANTIZED,
+                            REPORT_JSON, REPORT_MARKDOWN, CHECK_REPORT, CTRANSLATE2,
+                            CTRANSLATE2_INT8})
 
 # The exported signatures (outputs in `serving.translator`). Each takes `sentences`;
 # the translating ones give `translations`, `token_ids`, `scores`; `n_best` gives those

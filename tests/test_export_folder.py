@@ -120,6 +120,15 @@ def test_an_export_never_replaces_a_folder_of_other_files(exported_run, tmp_path
     with pytest.raises(ValueError, match="not an export"):
         export.export_run(str(run_dir), output_dir=str(tmp_path), **EXPORT_OPTIONS)
     assert os.listdir(tmp_path) == ["notes.txt"]
+    # Nor an earlier export with the user's files beside it, which it would delete.
+    earlier = tmp_path / "earlier"
+    shutil.copytree(run_dir / files.EXPORT_DIR, earlier)
+    assert EXPORTED <= files.EXPORT_MEMBERS  # all an export writes is the export's
+    (earlier / "test_2016.de").write_text("Ein Hund.\n")
+    before = sorted(os.listdir(earlier))
+    with pytest.raises(ValueError, match=r"files that are not the export's \(test_2016.de\)"):
+        export.export_run(str(run_dir), output_dir=str(earlier), **EXPORT_OPTIONS)
+    assert sorted(os.listdir(earlier)) == before
 
 
 def kill_export_at(run_dir, point, tmp_path):

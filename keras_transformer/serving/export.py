@@ -91,12 +91,20 @@ def export_translator(translator, directory, *, tflite=True, quantize=True, ctra
 
 
 def _check_replaceable(directory):
-    """Refuses to replace a folder that is neither empty nor an earlier export."""
+    """Refuses to replace a folder that is neither empty nor an earlier export, or an
+    export that holds files of the user's too (translations kept beside it, say)."""
     if (os.path.isdir(directory) and os.listdir(directory)
             and not os.path.isfile(os.path.join(directory, REPORT_JSON))):
         raise ValueError(f"{directory} holds files that are not an export, which exporting "
                          "there would replace: name a new or empty folder, or an earlier "
                          "export's.")
+    others = sorted(set(os.listdir(directory)) - files.EXPORT_MEMBERS
+                    ) if os.path.isdir(directory) else []
+    if others:
+        raise ValueError(f"{directory} holds an earlier export and files that are not the "
+                         f"export's ({', '.join(others[:5])}{', ...' if others[5:] else ''}"
+                         "), which exporting there would delete with it: move them out "
+                         "first, or export into another folder (--output).")
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise ValueError(f"{directory} is a file: name a folder to export into.")
 
