@@ -106,6 +106,27 @@ def test_distillation_refuses_to_continue_another_teachers_translations(
         distillation.distill(str(teacher_run), str(output), verbose=False)
 
 
+def test_distillation_refuses_to_continue_the_translations_of_other_sources(
+        teacher_run, tmp_path, fixture_corpus_dir, monkeypatch):
+    # Another copy of the corpus with as many lines: translations of the first copy's
+    # sources must not be paired with the second's.
+    import shutil
+
+    monkeypatch.setattr(translate, "WINDOW_BATCHES", 1)
+    output = tmp_path / "distilled"
+    use_teacher(monkeypatch, Teacher(fail_at=3))
+    with pytest.raises(RuntimeError, match="the decoder failed"):
+        distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
+    other = tmp_path / "other_copy"
+    shutil.copytree(fixture_corpus_dir, other)
+    sources = text.read_lines(other / "train.en.gz")
+    files.write_lines(str(other / "train.en.gz"), sources[::-1])
+    use_teacher(monkeypatch, Teacher())
+    with pytest.raises(ValueError, match="another teacher, decoder or corpus"):
+        distillation.distill(str(teacher_run), str(output), data_dir=str(other),
+                             batch_size=4, verbose=False)
+
+
 def test_distillation_refuses_a_teacher_of_another_corpus(tmp_path, capsys):
     run = tmp_path / "teacher"
     run.mkdir()

@@ -157,10 +157,13 @@ def _read_json_object(path, fix):
 def _translate_resumably(artifact, sources, path, beam, batch_size, verbose):
     """Returns the translations of `sources` by `artifact`, continuing the file at `path`.
 
-    `path.teacher.json` records which artifact and decoder wrote the file, so that a
-    file from another teacher is refused rather than continued.
+    `path.teacher.json` records which artifact and decoder wrote the file, of which
+    sources, so that a file from another teacher or corpus (of as many lines, say) is
+    refused rather than continued.
     """
-    teacher = {"artifact_sha256": _tree_sha256(artifact), "beam": beam}
+    teacher = {"artifact_sha256": _tree_sha256(artifact), "beam": beam,
+               "sources_sha256": hashlib.sha256("\n".join(sources).encode(
+                   "utf-8", "surrogatepass")).hexdigest()}
     record = f"{path}.teacher.json"
     done = _whole_lines(path)
     if done:
@@ -168,6 +171,8 @@ def _translate_resumably(artifact, sources, path, beam, batch_size, verbose):
         if os.path.exists(record):
             written_by = _read_json_object(
                 record, f"Delete it and {path} to translate from the start.")
+            # Records written before the sources' digest name the teacher alone.
+            written_by = {"sources_sha256": teacher["sources_sha256"], **written_by}
         if written_by != teacher or len(done) > len(sources):
             raise ValueError(
                 f"{path} holds {len(done)} translations of another teacher, decoder or "
