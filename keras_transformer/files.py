@@ -260,3 +260,19 @@ def check_not_an_input(name, path, inputs):
                 and os.path.samefile(path, input_path)):
             raise ValueError(f"{name} {path} is also the {input_name}: writing it would "
                              f"overwrite the {input_name}. Name another {name}.")
+
+
+def same_path(first, second):
+    """Whether two paths name one file or folder, existing or not."""
+    return os.path.realpath(first) == os.path.realpath(second)
+
+
+def own_export_at(output, run_dirs):
+    """Returns `(run_dir, its export folder)` for the first of `run_dirs` whose own
+    export folder `output` is (any, when no `output` is given), else `None`: where an
+    ensemble of them may not be written, as it would pass for that run's model."""
+    for run_dir in run_dirs:
+        run_export = os.path.join(run_dir, EXPORT_DIR)
+        if not output or same_path(output, run_export):
+            return run_dir, run_export
+    return None

@@ -56,11 +56,6 @@ def _add_export(parser):
                         help="then check that every artifact translates like the model")
 
 
-def _same_path(first, second):
-    """Whether two paths name one folder, existing or not."""
-    return os.path.realpath(first) == os.path.realpath(second)
-
-
 def _signature(name):
     if name not in files.SIGNATURES:
         raise argparse.ArgumentTypeError(f"{name!r} is no signature: choose among "
@@ -72,13 +67,14 @@ def _export(args):
     for run_dir in [args.run_dir, *args.ensemble]:
         runs.load_config(run_dir)  # names a missing or broken run before minutes of work
     runs.load_choice(args.run_dir)  # and a broken choice
-    for member in [args.run_dir, *args.ensemble] if args.ensemble else ():
-        member_export = os.path.join(member, files.EXPORT_DIR)
-        if not args.output or _same_path(args.output, member_export):
-            raise options.UsageError(
-                f"--ensemble needs --output DIR, a folder of the ensemble's own: "
-                f"{member_export} holds {member}'s own export, which translate, evaluate "
-                "and the recipe read as the run's.")
+    # Refused here too, before TensorFlow loads (export_run refuses it from Python).
+    clash = (files.own_export_at(args.output, [args.run_dir, *args.ensemble])
+             if args.ensemble else None)
+    if clash:
+        raise options.UsageError(
+            f"--ensemble needs --output DIR, a folder of the ensemble's own: {clash[1]} "
+            f"holds {clash[0]}'s own export, which translate, evaluate and the recipe read "
+            "as the run's.")
     if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
         raise options.UsageError(f"--output {args.output} is a file: name a folder to write into.")
     if files.GREEDY_SIGNATURE not in args.signatures:

@@ -75,8 +75,7 @@ def _average(args):
     from keras_transformer import runs
     output = args.output or os.path.join(args.run_dir, files.AVERAGED_WEIGHTS)
     choice = runs.load_choice(args.run_dir) if files.is_run_dir(args.run_dir) else None
-    if choice is not None and os.path.realpath(choice.weights_path(args.run_dir)) == \
-            os.path.realpath(output):
+    if choice is not None and files.same_path(choice.weights_path(args.run_dir), output):
         # Else export, translate and evaluate would take another mean for the chosen one.
         raise options.UsageError(
             f"{output} holds the weights the recipe chose on validation "

@@ -322,8 +322,7 @@ def _evaluate(args):
     files.check_output_file("--json", args.json, {"source": args.source,
                                                   "reference": args.reference,
                                                   "artifact": args.artifact})
-    if args.json and args.output and os.path.realpath(args.json) == os.path.realpath(
-            args.output):
+    if args.json and args.output and files.same_path(args.json, args.output):
         raise options.UsageError(f"--json {args.json} is also the --output: the scores "
                                  "would replace the translations. Name another --json.")
     if not args.artifact.endswith(".tflite"):

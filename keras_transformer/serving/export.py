@@ -200,14 +200,12 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
         raise ValueError("An ensemble has no CTranslate2 form (CTranslate2 decodes one "
                          "model): export without --ctranslate2, or export each run alone.")
     run_export = os.path.join(run_dir, files.EXPORT_DIR)
-    if ensemble:
-        # A run's export folder is its own model to translate, evaluate and the recipe:
-        # an ensemble there would replace the recipe's export and pass for the run.
-        for member in [run_dir, *ensemble]:
-            member_export = os.path.join(member, files.EXPORT_DIR)
-            if not output_dir or _same_path(output_dir, member_export):
-                raise ValueError(f"An ensemble needs a folder of its own (--output DIR): "
-                                 f"{member_export} holds {member}'s own export.")
+    # A run's export folder is its own model to translate, evaluate and the recipe: an
+    # ensemble there would replace the recipe's export and pass for the run.
+    clash = files.own_export_at(output_dir, [run_dir, *ensemble]) if ensemble else None
+    if clash:
+        raise ValueError(f"An ensemble needs a folder of its own (--output DIR): "
+                         f"{clash[1]} holds {clash[0]}'s own export.")
     choice = None if ensemble else runs.load_choice(run_dir)
     given = (beam_size, length_penalty, weights)
     if choice is not None and weights is None:
@@ -246,11 +244,6 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
     report = export_translator(translator, output_dir, tflite=tflite, quantize=quantize,
                                ctranslate2=ctranslate2, run=run)
     return output_dir, report
-
-
-def _same_path(first, second):
-    """Whether two paths name one folder, existing or not."""
-    return os.path.realpath(first) == os.path.realpath(second)
 
 
 def matching_export(directory, run_dir, weights_path, *, beam_size, length_penalty,
