@@ -71,13 +71,18 @@ def test_student_corpus_is_the_original_pairs_then_the_teacher_translations(
     assert len(pairs) == 2 * len(sources)
 
 
-def test_distillation_carries_on_from_the_translations_a_failed_run_wrote(
-        teacher_run, tmp_path, fixture_corpus_dir, monkeypatch):
+def distill_failing_at_the_third_window(teacher_run, output, monkeypatch):
+    """Distils into `output` with a teacher that fails at its third window of 4."""
     monkeypatch.setattr(translate, "WINDOW_BATCHES", 1)
-    output = tmp_path / "distilled"
     use_teacher(monkeypatch, Teacher(fail_at=3))
     with pytest.raises(RuntimeError, match="the decoder failed"):
         distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
+
+
+def test_distillation_carries_on_from_the_translations_a_failed_run_wrote(
+        teacher_run, tmp_path, fixture_corpus_dir, monkeypatch):
+    output = tmp_path / "distilled"
+    distill_failing_at_the_third_window(teacher_run, output, monkeypatch)
     teacher_file = output / "teacher.train.de"
     sources = text.read_lines(fixture_corpus_dir / "train.en.gz")
     assert text.read_lines(teacher_file) == [teacher_translation(s) for s in sources[:8]]
@@ -112,11 +117,8 @@ def test_distillation_refuses_to_continue_the_translations_of_other_sources(
     # sources must not be paired with the second's.
     import shutil
 
-    monkeypatch.setattr(translate, "WINDOW_BATCHES", 1)
     output = tmp_path / "distilled"
-    use_teacher(monkeypatch, Teacher(fail_at=3))
-    with pytest.raises(RuntimeError, match="the decoder failed"):
-        distillation.distill(str(teacher_run), str(output), batch_size=4, verbose=False)
+    distill_failing_at_the_third_window(teacher_run, output, monkeypatch)
     other = tmp_path / "other_copy"
     shutil.copytree(fixture_corpus_dir, other)
     sources = text.read_lines(other / "train.en.gz")
