@@ -79,6 +79,40 @@ def test_scores_are_the_models_log_probabilities_of_the_given_pieces(translator)
         translator.tokenizer.id_to_piece(i) for i in ids[0] if i != PAD_ID]
 
 
-def test_scoring_mismatched_batches_is_an_error(translator):
+# The signatures that take a second input of one entry per sentence, with a second
+# input one entry short.
+PAIRED = {
+    "score": lambda t: t.score(tf.constant(["a", "b"]), tf.constant(["c"])),
+    "translate_prefix": lambda t: t.translate_prefix(tf.constant(["a", "b"]),
+                                                     tf.constant(["c"])),
+    "sample": lambda t: t.sample(tf.constant(["a", "b"]), tf.constant([1], tf.int32)),
+}
+
+
+@pytest.mark.parametrize("signature", PAIRED)
+def test_mismatched_batches_are_an_error_naming_the_inputs(translator, signature):
     with pytest.raises(tf.errors.InvalidArgumentError, match="one entry each"):
-        translator.score(tf.constant(["a", "b"]), tf.constant(["c"]))
+        PAIRED[signature](translator)
+
+
+@pytest.mark.parametrize("signature", PAIRED)
+def test_nothing_reads_the_inputs_before_their_batches_are_checked(translator, signature):
+    # In a graph, ops without a path between them run in any order: a model's reshape
+    # of mismatched batches can fail before the check, with a message that names
+    # neither input. Only the check's own shapes may read the inputs before it.
+    graph = getattr(translator, signature).get_concrete_function().graph
+    checks = [op for op in graph.get_operations() if op.type == "Assert"]
+    assert len(checks) == 1
+
+    def ancestors(op, seen):
+        for parent in [tensor.op for tensor in op.inputs] + list(op.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                ancestors(parent, seen)
+        return seen
+
+    before_check = ancestors(checks[0], set())
+    for placeholder in graph.inputs[:2]:
+        for reader in placeholder.consumers():
+            assert reader in before_check or checks[0] in ancestors(reader, set()), (
+                f"{reader.name} reads {placeholder.name} before the check")

@@ -244,8 +244,7 @@ class Translator(tf.Module):
         return self._align(sentences)
 
     def _translate_prefix(self, sentences, prefixes, write_cache=None):
-        tf.debugging.assert_equal(tf.shape(sentences), tf.shape(prefixes), message=(
-            "sentences and prefixes must have one entry each per sentence"))
+        sentences, prefixes = _one_entry_each(sentences, prefixes, "prefixes")
         pieces = self.tokenizer.tokenize(prefixes).to_tensor(
             default_value=PAD_ID, shape=[None, self.model.max_length - 2])
         decoded = self._decoder(beam=True, write_cache=write_cache)(
@@ -254,8 +253,7 @@ class Translator(tf.Module):
         return self._outputs(decoded)
 
     def _sample(self, sentences, seeds, write_cache=None):
-        tf.debugging.assert_equal(tf.shape(sentences), tf.shape(seeds), message=(
-            "sentences and seeds must have one entry each per sentence"))
+        sentences, seeds = _one_entry_each(sentences, seeds, "seeds")
         options = self._decoding_options(write_cache)
         decoded = sampling.sample(self.model, self.source_ids(sentences), seeds,
                                   top_k=self.sampling_top_k,
@@ -286,8 +284,7 @@ class Translator(tf.Module):
                 "scores": decoded.scores}
 
     def _score(self, sentences, translations):
-        tf.debugging.assert_equal(tf.shape(sentences), tf.shape(translations), message=(
-            "sentences and translations must have one entry each per sentence"))
+        sentences, translations = _one_entry_each(sentences, translations, "translations")
         pieces = self.tokenizer.tokenize(translations).to_tensor(
             default_value=PAD_ID, shape=[None, self.model.max_length - 2])
         ids = _without_padding_columns(add_start_end(pieces, start=False),
@@ -412,6 +409,17 @@ def source_ids(tokenizer, sentences, max_length):
     pieces = tokenizer.tokenize(sentences).to_tensor(
         default_value=PAD_ID, shape=[None, max_length - 2])  # (B, S - 2)
     return _without_padding_columns(add_start_end(pieces), minimum=2)  # (B, S)
+
+
+def _one_entry_each(sentences, others, name):
+    """Returns `sentences` and `others` (`(B,)` each) once a check that their batches
+    match has passed. The check must come first: in a graph, ops that do not depend on
+    each other run in any order, and a mismatch would otherwise fail as often inside
+    the model (a reshape's sizes) as in the check that names the inputs."""
+    check = tf.debugging.assert_equal(tf.shape(sentences), tf.shape(others), message=(
+        f"sentences and {name} must have one entry each per sentence"))
+    with tf.control_dependencies([check]):
+        return tf.identity(sentences), tf.identity(others)
 
 
 def _without_padding_columns(ids, minimum):
