@@ -97,8 +97,22 @@ def test_translate_refuses_to_write_over_its_input(texts, capsys):
     assert model.read_bytes() == b"model"
 
 
+def test_an_output_is_refused_when_its_name_until_complete_is_an_input(texts, capsys):
+    # `-o FILE` is written as FILE.partial until it is complete.
+    source, reference = texts
+    output = source.with_name("out.txt")
+    partial = source.with_name("out.txt.partial")
+    partial.write_bytes(source.read_bytes())
+    for verb in (["translate", NO_ARTIFACT, "-i", str(partial)],
+                 ["score", NO_ARTIFACT, "--source", str(partial), "--target",
+                  str(reference)]):
+        assert cli.main([*verb, "-o", str(output)]) == 2, verb
+        assert f"written as {partial} until it is complete" in capsys.readouterr().err
+    assert partial.read_bytes() == source.read_bytes() and not output.exists()
+
+
 def test_translate_refuses_to_write_over_its_standard_input(texts):
-    # `translate A -o x.txt < x.txt` would empty x.txt before reading it.
+    # `translate A -o x.txt < x.txt` would replace x.txt with its translations.
     import subprocess
     import sys
 

@@ -242,8 +242,8 @@ def test_translate_sentences_keeps_input_order_and_one_line_each():
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("decoder failed"), KeyboardInterrupt()])
-def test_translate_command_keeps_the_chunks_it_finished(tmp_path, monkeypatch, capsys,
-                                                       failure):
+def test_translate_command_keeps_the_chunks_it_finished_beside_the_earlier_output(
+        tmp_path, monkeypatch, capsys, failure):
     calls = []
 
     def runner(batch):
@@ -260,12 +260,16 @@ def test_translate_command_keeps_the_chunks_it_finished(tmp_path, monkeypatch, c
     source = tmp_path / "source.txt"
     source.write_bytes(b"".join(b"s%d\n" % i for i in range(11)))
     target = tmp_path / "target.txt"
+    target.write_bytes(b"an earlier run's complete output\n")
     arguments = ["translate", str(artifact), "--input", str(source), "--output",
                  str(target), "--batch-size", "3", "--no-progress"]
     status = cli.main(arguments)
-    assert target.read_bytes() == b"".join(b"<s%d>\n" % i for i in range(6))
+    partial = tmp_path / "target.txt.partial"
+    assert partial.read_bytes() == b"".join(b"<s%d>\n" % i for i in range(6))
+    assert target.read_bytes() == b"an earlier run's complete output\n"
     error = capsys.readouterr().err
-    assert f"{target}: stopped after 6 lines" in error
+    assert f"{partial}: stopped after 6 lines" in error
+    assert f"{target} is unchanged" in error
     if isinstance(failure, KeyboardInterrupt):
         assert status == 130
     else:
@@ -285,6 +289,7 @@ def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, ar
                        "--output", str(target), "--batch-size", "3"])
     assert status == 0
     assert len(target.read_text(encoding="utf-8").split("\n")) == len(lines) + 1
+    assert not (tmp_path / "target.txt.partial").exists()  # renamed once complete
     # A gzip file (as Multi30K's) translates as its text does, not as its bytes.
     compressed = tmp_path / "source.txt.gz"
     compressed.write_bytes(gzip.compress(source.read_bytes()))

@@ -69,9 +69,9 @@ def _add_sampling_options(parser):
 
 def _translate(args):
     from keras_transformer import translate  # NumPy: see the module docstring
-    files.check_output_file("--output", args.output, {
+    _check_streamed_output(args.output, {
         "--input": args.input, "--prefix-file": args.prefix_file, "artifact": args.artifact,
-        # `-o x.txt < x.txt`: opening the output would empty the input before it is read.
+        # `-o x.txt < x.txt` would replace the input with its translations.
         "standard input": STANDARD_INPUT if args.input is None else None})
     if args.input and not os.path.isfile(args.input):
         raise options.UsageError(f"--input {args.input}: no such file.")
@@ -246,12 +246,16 @@ def _check_same_lengths(*flags_and_paths):
 def _stream(runner, lines, args, *, progress, opened, **file_options):
     """Writes the outputs of `lines` to `--output` (or standard output), window by
     window (`translate.translate_file`, given `file_options`); closes the `opened`
-    files at the end."""
+    files at the end.
+
+    `--output FILE` is written as `FILE.partial` and renamed to FILE once complete: a
+    run that stops keeps what it finished there, and an earlier FILE stays whole.
+    """
     from keras_transformer import translate
     progress = translate.progress_bar() if progress else None
+    written = args.output and args.output + PARTIAL_ENDING
     # Bytes: the translations are UTF-8 whatever the terminal's locale says.
-    output = open(args.output, "wb") if args.output else contextlib.nullcontext(
-        sys.stdout.buffer)
+    output = open(written, "wb") if written else contextlib.nullcontext(sys.stdout.buffer)
     with contextlib.ExitStack() as stack:
         for file in opened:
             stack.enter_context(file)
@@ -260,8 +264,32 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
             translate.translate_file(runner, lines, stream, progress=progress,
                                      **file_options)
         except translate.TranslationInterrupted as stopped:
-            print(f"\n{args.output or 'standard output'}: {stopped}.", file=sys.stderr)
+            kept = (f"{written}: {stopped}; {args.output} is unchanged" if written
+                    else f"standard output: {stopped}")
+            print(f"\n{kept}.", file=sys.stderr)
             raise stopped.__cause__ from None
+    if written:
+        os.replace(written, args.output)
+
+
+# What `--output FILE` is called until it is complete (`_stream`).
+PARTIAL_ENDING = ".partial"
+
+
+def _check_streamed_output(output, inputs):
+    """Refuses an `--output` (of `_stream`) that cannot be written or is one of `inputs`
+    (what the command calls each file it reads -> its path), under its own name or the
+    one it has until complete."""
+    files.check_output_file("--output", output, inputs)
+    if not output:
+        return
+    partial = output + PARTIAL_ENDING
+    for input_name, input_path in inputs.items():
+        if (input_path and os.path.exists(partial) and os.path.exists(input_path)
+                and os.path.samefile(partial, input_path)):
+            raise ValueError(f"--output {output} is written as {partial} until it is "
+                             f"complete, and {partial} is the {input_name}: name another "
+                             "--output.")
 
 
 def _load_translator(args, beam=None, doing="Translating", **sampling):
@@ -358,9 +386,8 @@ def _add_score(parser):
 
 def _score(args):
     from keras_transformer import translate
-    files.check_output_file("--output", args.output, {"--source": args.source,
-                                                      "--target": args.target,
-                                                      "artifact": args.artifact})
+    _check_streamed_output(args.output, {"--source": args.source, "--target": args.target,
+                                         "artifact": args.artifact})
     _check_same_lengths(("--source", args.source), ("--target", args.target))
     if not args.artifact.endswith(".tflite"):
         console.load_tensorflow(args.verbose)
