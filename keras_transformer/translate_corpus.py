@@ -34,6 +34,7 @@ import threading
 import uuid
 
 from keras_transformer import files, formats, loading, translate
+from keras_transformer.data.text import GZIP_MAGIC
 
 
 class _ApitoolsNoise(logging.Filter):
@@ -122,7 +123,7 @@ def number_lines(path, progress=None):
     """Returns the `InputFile` of `path`; warns, as `translate` does, at its first line
     that is not UTF-8. `progress(bytes)` is told the bytes read."""
     offsets, offset, count, not_utf8 = [], 0, 0, 0
-    with FileSystems.open(path) as file:
+    with open_input(path) as file:
         for line in iter(file.readline, b""):
             if count % STRIDE == 0:
                 offsets.append(offset)
@@ -144,6 +145,16 @@ def number_lines(path, progress=None):
         progress(offset)
     size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
     return InputFile(path, size, count, tuple(offsets), not_utf8)
+
+
+def open_input(path):
+    """Opens the input file `path` (any file system Beam knows), decompressed where it is
+    gzip. Known by its first two bytes, as `translate` knows it (`text.open_lines`), not
+    by its name as Beam's default would: one file reads alike in both commands."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        compressed = file.read(2) == GZIP_MAGIC
+    return FileSystems.open(path, compression_type=(
+        CompressionTypes.GZIP if compressed else CompressionTypes.UNCOMPRESSED))
 
 
 def plan_chunks(inputs, window):
@@ -170,7 +181,7 @@ def read_chunk(chunk):
     """Returns the lines (bytes, without line ends) of `chunk`."""
     lines = []
     for path, offset, skip, count in chunk.pieces:
-        with FileSystems.open(path) as file:
+        with open_input(path) as file:
             file.seek(offset)
             for _ in range(skip):
                 file.readline()
@@ -337,7 +348,8 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     Args:
         artifact: str. What `load_translator` opens (a run directory is exported first
             if it has no export).
-        patterns: list of str. Globs of the input files (joined in sorted name order).
+        patterns: list of str. Globs of the input files (joined in sorted name order;
+            plain or gzip, known by their first bytes).
         output: str. The output file (any file system Beam knows; `.gz`: gzipped).
         pairs: `None` (line i of `output` is line i's output, as `translate` writes it),
             "tsv" or "jsonl" (`formats.pair_tsv`, `formats.pair_jsonl`).

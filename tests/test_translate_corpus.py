@@ -235,6 +235,20 @@ def test_gzipped_inputs_and_outputs(tmp_path):
     assert gzip.decompress((tmp_path / "out.gz").read_bytes()) == expected_output(lines)
 
 
+@pytest.mark.parametrize("compressed", [True, False])
+def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, compressed):
+    # As `translate` reads them (`text.open_lines`): a gzip file without `.gz`, and a
+    # plain one named `.gz`, read as what they hold.
+    lines = write_inputs(tmp_path, [300])
+    data = (tmp_path / "part-0.txt").read_bytes()
+    (tmp_path / "part-0.txt").unlink()
+    named = tmp_path / ("in.txt" if compressed else "in.gz")
+    named.write_bytes(gzip.compress(data) if compressed else data)
+    translate_corpus.translate_corpus("fake", [str(named)], str(tmp_path / "out.txt"),
+                                      handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
+
+
 def test_translate_lines_keys_every_output():
     keyed = [(f"doc-{i}", f"sentence {i}".encode()) for i in range(300)]
 

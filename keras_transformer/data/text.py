@@ -21,6 +21,9 @@ import zlib
 # glued together or a missing newline, and would blow up the batch's padded length.
 MAX_CHARACTERS = 1000
 
+# A gzip file's first two bytes: compression is known by these, whatever the file's name.
+GZIP_MAGIC = b"\x1f\x8b"
+
 
 class CorpusError(ValueError):
     """The config names no usable corpus files, or their content cannot be used."""
@@ -122,7 +125,7 @@ def open_lines(path):
     line by line. Damaged gzip data raises `CorpusError` naming the file, at the line
     where it is found."""
     with open(path, "rb") as file:
-        compressed = file.read(2) == b"\x1f\x8b"
+        compressed = file.read(2) == GZIP_MAGIC
     return _GzipLines(path) if compressed else open(path, "rb")
 
 
@@ -165,7 +168,7 @@ def read_lines(path):
             "Multi30K.")
     with open(path, "rb") as file:
         data = file.read()
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as error:  # zlib: a damaged stream
