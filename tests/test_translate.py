@@ -70,9 +70,12 @@ def test_a_damaged_ctranslate2_options_file_is_named(tmp_path):
     (directory / files.CTRANSLATE2_MODEL).write_bytes(b"weights")
     for damaged in ('{"beam_size": 4,', "[4]"):  # truncated, edited by hand
         (directory / files.CTRANSLATE2_OPTIONS).write_text(damaged, encoding="utf-8")
-        with pytest.raises(ValueError, match=r"translator.json: not the options of a "
-                                             r"CTranslate2 export .* --ctranslate2"):
-            artifacts.exported_options(str(directory))
+        # Every reader of the file: the options, the signatures held, the runner.
+        for read in (artifacts.exported_options, runners.signature_names,
+                     runners.CTranslate2Runner):
+            with pytest.raises(ValueError, match=r"translator.json: not the options of a "
+                                                 r"CTranslate2 export .* --ctranslate2"):
+                read(str(directory))
 
 
 def test_a_20k_line_stream_translates_like_line_by_line_in_a_bounded_window():

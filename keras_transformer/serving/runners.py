@@ -29,7 +29,6 @@ Public API:
 """
 
 import copy
-import json
 import logging
 import os
 
@@ -47,7 +46,7 @@ from keras_transformer.files import (
     SCORE_SIGNATURE,
     SECOND_INPUTS,
 )
-from keras_transformer.serving import export_folder, litert
+from keras_transformer.serving import artifacts, export_folder, litert
 
 logger = logging.getLogger(__name__)
 
@@ -302,8 +301,7 @@ class CTranslate2Runner:
         import sentencepiece
 
         directory = os.fspath(directory)
-        with open(os.path.join(directory, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
-            self.options = json.load(file)
+        self.options = artifacts.exported_options(directory)  # names a damaged file
         self._processor = sentencepiece.SentencePieceProcessor(
             model_file=os.path.join(directory, files.TOKENIZER_MODEL))
         self._translator = ctranslate2.Translator(
@@ -562,8 +560,7 @@ def signature_names(path):
     TensorFlow)."""
     path = os.fspath(path)
     if files.is_ctranslate2_dir(path):
-        with open(os.path.join(path, files.CTRANSLATE2_OPTIONS), encoding="utf-8") as file:
-            held = _ctranslate2_signatures(json.load(file))
+        held = _ctranslate2_signatures(artifacts.exported_options(path))
     elif path.endswith(".tflite"):
         from ai_edge_litert.interpreter import Interpreter  # here: see SavedModelRunner
 
