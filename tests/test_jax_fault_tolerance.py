@@ -46,7 +46,7 @@ def resumed_runs(tmp_path_factory):
     killed = [*RUN, "--run-dir", str(runs["mid_epoch"]), "epochs=2"]
     run_jax(train_code((runs["uninterrupted"], ["epochs=2"]), (runs["epoch_end"], ["epochs=1"]),
                        (runs["epoch_end"], ["epochs=2"]))
-            + KILLED_CODE.format(step=KILL_AFTER, arguments=killed))
+            + KILLED_CODE.format(step=KILL_AFTER, arguments=killed), timeout=900)
     backup = runs["mid_epoch"] / files.BACKUP
     killed_at = backup_lib.read_backup_position(str(backup))
     killed_final = (runs["mid_epoch"] / files.FINAL_WEIGHTS).exists()
@@ -54,7 +54,7 @@ def resumed_runs(tmp_path_factory):
     return runs, killed_at, killed_final
 
 
-@pytest.mark.timeout(1080)  # resumed_runs: JAX processes of at most 600 s and 300 s; 399 s
+@pytest.mark.timeout(1500)  # resumed_runs: JAX processes of at most 900 s and 300 s; 399 s
 def test_a_jax_run_resumed_at_an_epochs_end_ends_with_the_uninterrupted_runs_weights(
         resumed_runs):
     """Dropout is on: the backup must restore the random generators' state as well."""
@@ -68,7 +68,7 @@ def test_a_jax_run_resumed_at_an_epochs_end_ends_with_the_uninterrupted_runs_wei
     assert distance(again, final) <= 1e-6 * distance(final, start)
 
 
-@pytest.mark.timeout(1080)  # resumed_runs, as above, when this test runs first
+@pytest.mark.timeout(1500)  # resumed_runs, as above, when this test runs first
 def test_a_jax_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(resumed_runs):
     """The resumed run starts at the backup's batch of the second epoch, with its
     dropout generators' state, and makes the uninterrupted run's remaining updates."""

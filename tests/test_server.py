@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras_transformer import files
 from keras_transformer.serving import batching, rest_api, self_check
 from tests.export_helpers import batch_of, tiny_export
-from tests.server_helpers import running, server
+from tests.server_helpers import running, server, wait_ready
 
 httpx = pytest.importorskip("httpx")
 
@@ -46,6 +46,7 @@ def service(exported):
 @pytest.fixture(scope="module")
 def url(service):
     with running(service) as base:
+        wait_ready(base)  # warmed up: a test run alone answers as in the whole file
         yield base
 
 
@@ -290,6 +291,7 @@ def test_the_pages_alternatives_are_held_to_the_artifacts_n_best_lists(url, serv
 def test_health_readiness_and_metrics(url):
     assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{url}/readyz").status_code == 200
+    assert _predict(url, {"instances": ["A dog runs."]})[0] == 200  # a batch to count
     text = httpx.get(f"{url}/metrics").text
     for name in ("requests_total", "request_errors_total", "request_seconds_bucket",
                  "batch_size_bucket", "queued_sentences"):
@@ -439,10 +441,13 @@ def _raw(url, data, *, close_after_send=False, read=True):
 
 
 def test_hostile_clients_get_errors_and_the_server_answers_after(exported):
+    # Each request's time covers the rest of the queue: the last one below waits for the
+    # sentence of a client that left, on a CPU that may be slow and shared.
     service = server.Service(exported.saved_model, server.ServerOptions(
-        max_body_bytes=100_000, request_timeout_s=1.0))
+        max_body_bytes=100_000, request_timeout_s=5.0))
     path = b"POST /v1/models/translator:predict HTTP/1.1\r\nHost: x\r\n"
     with running(service) as base:
+        wait_ready(base)
         # Disconnects in the middle of a body, and after a full request.
         _raw(base, path + b"Content-Length: 1000\r\n\r\n{\"instan", close_after_send=True)
         _raw(base, path + b"Content-Length: 20\r\n\r\n{\"instances\": [\"a\"]}",
