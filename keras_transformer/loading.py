@@ -93,12 +93,8 @@ class LoadedTranslator:
         Raises:
             ValueError: not one translation per sentence.
         """
-        sentences, translations = list(sentences), list(translations)
-        if len(sentences) != len(translations):
-            raise ValueError(f"{len(sentences)} sentences but {len(translations)} "
-                             "translations: give one translation per sentence.")
-        return [formats.scored(row)
-                for row in self._rows(files.SCORE_SIGNATURE, sentences, translations)]
+        return [formats.scored(row) for row in self._rows(
+            files.SCORE_SIGNATURE, list(sentences), list(translations))]
 
     def prefix(self, sentences, prefixes):
         """Returns the translations (list of str) of `sentences` that start with the
@@ -107,12 +103,8 @@ class LoadedTranslator:
         Raises:
             ValueError: not one prefix per sentence.
         """
-        sentences, prefixes = list(sentences), list(prefixes)
-        if len(sentences) != len(prefixes):
-            raise ValueError(f"{len(sentences)} sentences but {len(prefixes)} prefixes: "
-                             "give one prefix per sentence.")
-        return [formats.one_line(row["translations"])
-                for row in self._rows(files.PREFIX_SIGNATURE, sentences, prefixes)]
+        return [formats.one_line(row["translations"]) for row in self._rows(
+            files.PREFIX_SIGNATURE, list(sentences), list(prefixes))]
 
     def sample(self, sentences, seed=0):
         """Returns one sampled translation (list of str) of each sentence.
@@ -125,12 +117,12 @@ class LoadedTranslator:
 
         Args:
             seed: int, or a list of ints, one per sentence.
+
+        Raises:
+            ValueError: a list of seeds, not one per sentence.
         """
         sentences = list(sentences)
         seeds = [seed] * len(sentences) if isinstance(seed, int) else list(seed)
-        if len(seeds) != len(sentences):
-            raise ValueError(f"{len(sentences)} sentences but {len(seeds)} seeds: give "
-                             "one seed, or one per sentence.")
         return [formats.one_line(row["translations"])
                 for row in self._rows(files.SAMPLE_SIGNATURE, sentences, seeds)]
 
@@ -143,7 +135,16 @@ class LoadedTranslator:
 
     def _rows(self, signature, sentences, second=None):
         """Yields the signature's output row of each sentence (given `second`, the list
-        of its second inputs), in windows as `translate.output_windows` batches them."""
+        of its second inputs), in windows as `translate.output_windows` batches them.
+
+        Raises:
+            ValueError: `second` has not one entry per sentence (checked before the
+                first window: windows would pair the sentences with others' entries).
+        """
+        if second is not None and len(second) != len(sentences):
+            name = files.SECOND_INPUTS[signature][0]
+            raise ValueError(f"{len(sentences)} sentences but {len(second)} {name}: give "
+                             "one per sentence.")
         for window in translate.output_windows(self.signature_runner(signature), sentences,
                                      second=second, **self.batching):
             yield from window

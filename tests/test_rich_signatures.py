@@ -118,7 +118,7 @@ def test_loaded_translator_lists_and_scores_like_the_signatures(exported):
     assert all(s.tokens[-1] == "</s>" and "" not in s.tokens for s in scored)
     for s in scored:
         assert sum(s.token_scores) == pytest.approx(s.score, abs=1e-3)
-    with pytest.raises(ValueError, match="one translation per sentence"):
+    with pytest.raises(ValueError, match=f"{len(SENTENCES)} sentences but 1 translations"):
         loaded.score(SENTENCES, TARGETS[:1])
 
 
