@@ -276,6 +276,29 @@ def test_translate_command_keeps_the_chunks_it_finished_beside_the_earlier_outpu
         assert status == 1 and "error: decoder failed" in error
 
 
+def test_translate_command_writes_through_links_and_into_devices(tmp_path, monkeypatch):
+    # A link's file gets the translations (the link stays), and a device is written,
+    # never replaced by a file: here /dev/null through a link, as `-o /dev/null` does.
+    monkeypatch.setattr(runners, "open_runner", lambda artifact, **options: (
+        lambda batch: {"translations": [b"<" + sentence + b">" for sentence in batch]}))
+    artifact = tmp_path / "saved_model"
+    artifact.mkdir()
+    (artifact / "saved_model.pb").touch()
+    source = tmp_path / "source.txt"
+    source.write_bytes(b"a\nb\n")
+    target, to_target, to_null = tmp_path / "target.txt", tmp_path / "a", tmp_path / "b"
+    target.write_bytes(b"earlier\n")
+    to_target.symlink_to(target)
+    to_null.symlink_to(os.devnull)
+    for output in (to_target, to_null):
+        assert cli.main(["translate", str(artifact), "--input", str(source), "--output",
+                         str(output), "--no-progress"]) == 0
+        assert output.is_symlink()
+    assert target.read_bytes() == b"<a>\n<b>\n"
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "saved_model", "source.txt",
+                                            "target.txt"]
+
+
 @pytest.mark.parametrize("artifact", ["saved_model", "tflite"])
 def test_translate_command_writes_one_line_per_input_line(exported, tmp_path, artifact):
     import gzip

@@ -248,14 +248,16 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
     window (`translate.translate_file`, given `file_options`); closes the `opened`
     files at the end.
 
-    `--output FILE` is written as `FILE.partial` and renamed to FILE once complete: a
-    run that stops keeps what it finished there, and an earlier FILE stays whole.
+    `--output FILE` is written as `FILE.partial` and renamed to FILE once complete
+    (`_partial_path`): a run that stops keeps what it finished there, and an earlier
+    FILE stays whole.
     """
     from keras_transformer import translate
     progress = translate.progress_bar() if progress else None
-    written = args.output and args.output + PARTIAL_ENDING
+    partial = _partial_path(args.output)
     # Bytes: the translations are UTF-8 whatever the terminal's locale says.
-    output = open(written, "wb") if written else contextlib.nullcontext(sys.stdout.buffer)
+    output = (open(partial or args.output, "wb") if args.output
+              else contextlib.nullcontext(sys.stdout.buffer))
     with contextlib.ExitStack() as stack:
         for file in opened:
             stack.enter_context(file)
@@ -264,15 +266,23 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
             translate.translate_file(runner, lines, stream, progress=progress,
                                      **file_options)
         except translate.TranslationInterrupted as stopped:
-            kept = (f"{written}: {stopped}; {args.output} is unchanged" if written
-                    else f"standard output: {stopped}")
+            kept = (f"{partial}: {stopped}; {args.output} is unchanged" if partial
+                    else f"{args.output or 'standard output'}: {stopped}")
             print(f"\n{kept}.", file=sys.stderr)
             raise stopped.__cause__ from None
-    if written:
-        os.replace(written, args.output)
+    if partial:
+        os.replace(partial, os.path.realpath(args.output))
 
 
-# What `--output FILE` is called until it is complete (`_stream`).
+def _partial_path(output):
+    """The name `--output` has until it is complete: `FILE.partial` beside the file
+    FILE names (through links), or `None` (written as it goes) for standard output
+    and for what is not a file to replace (`/dev/null`, a pipe)."""
+    if not output or (os.path.exists(output) and not os.path.isfile(output)):
+        return None
+    return os.path.realpath(output) + PARTIAL_ENDING
+
+
 PARTIAL_ENDING = ".partial"
 
 
@@ -281,11 +291,9 @@ def _check_streamed_output(output, inputs):
     (what the command calls each file it reads -> its path), under its own name or the
     one it has until complete."""
     files.check_output_file("--output", output, inputs)
-    if not output:
-        return
-    partial = output + PARTIAL_ENDING
+    partial = _partial_path(output)
     for input_name, input_path in inputs.items():
-        if (input_path and os.path.exists(partial) and os.path.exists(input_path)
+        if (partial and input_path and os.path.exists(partial) and os.path.exists(input_path)
                 and os.path.samefile(partial, input_path)):
             raise ValueError(f"--output {output} is written as {partial} until it is "
                              f"complete, and {partial} is the {input_name}: name another "
