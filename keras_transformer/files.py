@@ -44,10 +44,11 @@ beam_search decodes with the paper's beam size and length penalty unless exporte
 others (`PAPER_BEAM_SIZE`, `PAPER_LENGTH_PENALTY`).
 
 Writes that replace a file go through `replace_atomically`, so that an interrupted
-process never leaves half a file under a real name; outputs a command will write are
-checked before its long work begins (`check_output_file`): a command that translates
-for minutes and then cannot write its result loses that work, and one that writes over
-a file it reads destroys the user's data.
+process never leaves half a file under a real name (outputs written as they go, such
+as `translate -o FILE`'s, are `FILE.partial` until complete); outputs a command will
+write are checked before its long work begins (`check_output_file`): a command that
+translates for minutes and then cannot write its result loses that work, and one that
+writes over a file it reads destroys the user's data.
 """
 
 import gzip

@@ -1,5 +1,6 @@
 """TFLite translator, self-check, translate command and the export command end to end."""
 
+import errno
 import io
 import os
 import platform
@@ -297,6 +298,22 @@ def test_translate_command_writes_through_links_and_into_devices(tmp_path, monke
     assert target.read_bytes() == b"<a>\n<b>\n"
     assert sorted(os.listdir(tmp_path)) == ["a", "b", "saved_model", "source.txt",
                                             "target.txt"]
+    # The earlier file's permissions are kept; a file a rename cannot replace (one
+    # mounted on its own: EXDEV, EBUSY) gets the translations copied in.
+    target.chmod(0o640)
+    real_replace = os.replace
+
+    def replace(source, destination):
+        if os.fspath(destination) == str(target):
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", replace)
+    source.write_bytes(b"c\n")
+    assert cli.main(["translate", str(artifact), "--input", str(source), "--output",
+                     str(target), "--no-progress"]) == 0
+    assert target.read_bytes() == b"<c>\n" and target.stat().st_mode & 0o777 == 0o640
+    assert not (tmp_path / "target.txt.partial").exists()
 
 
 @pytest.mark.parametrize("artifact", ["saved_model", "tflite"])

@@ -1,9 +1,11 @@
 """The verbs of translation: `translate`, `score` and `evaluate`."""
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import shutil
 import sys
 
 from keras_transformer import files, formats
@@ -23,7 +25,8 @@ def _add_translate(parser):
     parser.add_argument("-i", "--input", metavar="FILE",
                         help="sentences, one a line (default: standard input)")
     parser.add_argument("-o", "--output", metavar="FILE",
-                        help="translations, one a line (default: standard output)")
+                        help="translations, one a line (default: standard output); "
+                             "written as FILE.partial until complete")
     parser.add_argument("--batch-size", type=options.positive_int, default=32, metavar="N",
                         help="most sentences per call (default: 32)")
     parser.add_argument("--batch-tokens", type=options.positive_int, metavar="N",
@@ -255,13 +258,12 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
     from keras_transformer import translate
     progress = translate.progress_bar() if progress else None
     partial = _partial_path(args.output)
-    # Bytes: the translations are UTF-8 whatever the terminal's locale says.
-    output = (open(partial or args.output, "wb") if args.output
-              else contextlib.nullcontext(sys.stdout.buffer))
     with contextlib.ExitStack() as stack:
         for file in opened:
             stack.enter_context(file)
-        stream = stack.enter_context(output)
+        # Bytes: the translations are UTF-8 whatever the terminal's locale says.
+        stream = stack.enter_context(open(partial or args.output, "wb") if args.output
+                                     else contextlib.nullcontext(sys.stdout.buffer))
         try:
             translate.translate_file(runner, lines, stream, progress=progress,
                                      **file_options)
@@ -271,16 +273,36 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
             print(f"\n{kept}.", file=sys.stderr)
             raise stopped.__cause__ from None
     if partial:
-        os.replace(partial, os.path.realpath(args.output))
+        _put_in_place(partial, os.path.realpath(args.output))
 
 
 def _partial_path(output):
     """The name `--output` has until it is complete: `FILE.partial` beside the file
-    FILE names (through links), or `None` (written as it goes) for standard output
-    and for what is not a file to replace (`/dev/null`, a pipe)."""
-    if not output or (os.path.exists(output) and not os.path.isfile(output)):
+    FILE names (through links), or `None` (written as it goes) for standard output, for
+    what is not a file to replace (`/dev/null`, a pipe), and where FILE or its folder
+    may not be written (opening FILE then fails at once, as it would have)."""
+    if not output:
         return None
-    return os.path.realpath(output) + PARTIAL_ENDING
+    real = os.path.realpath(output)
+    if os.path.exists(real) and not (os.path.isfile(real) and os.access(real, os.W_OK)):
+        return None
+    if not os.access(os.path.dirname(real), os.W_OK):
+        return None
+    return real + PARTIAL_ENDING
+
+
+def _put_in_place(partial, final):
+    """Renames the complete `partial` to `final`, keeping an earlier file's permissions;
+    copies it where a rename cannot replace `final` (a file mounted on its own)."""
+    if os.path.exists(final):
+        shutil.copymode(final, partial)
+    try:
+        os.replace(partial, final)
+    except OSError as error:
+        if error.errno not in (errno.EXDEV, errno.EBUSY):
+            raise
+        shutil.copyfile(partial, final)
+        os.remove(partial)
 
 
 PARTIAL_ENDING = ".partial"
@@ -385,7 +407,8 @@ def _add_score(parser):
                         help="write 'SCORE<TAB>PIECES<TAB>TOKEN_SCORES': each piece and "
                              "its log-probability, separated by spaces")
     parser.add_argument("-o", "--output", metavar="FILE",
-                        help="scores, one a line (default: standard output)")
+                        help="scores, one a line (default: standard output); written "
+                             "as FILE.partial until complete")
     parser.add_argument("--batch-size", type=options.positive_int, default=32, metavar="N",
                         help="most sentence pairs per call (default: 32)")
     options.add_threads_option(parser)
