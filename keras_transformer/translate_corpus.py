@@ -26,6 +26,7 @@ Order and completeness by construction (Beam itself keeps no order):
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -148,13 +149,24 @@ def number_lines(path, progress=None):
 
 
 def open_input(path):
-    """Opens the input file `path` (any file system Beam knows), decompressed where it is
-    gzip. Known by its first two bytes, as `translate` knows it (`text.open_lines`), not
-    by its name as Beam's default would: one file reads alike in both commands."""
+    """Opens the input file `path` (any file system Beam knows), decompressed: gzip is
+    known by its first two bytes, as `translate` knows it (`text.open_lines`), not by
+    its name as Beam's default would, so that one file reads alike in both commands;
+    other compressions (.bz2, .zst, ...) by their names, as Beam knows them."""
+    metadata = FileSystems.match([path])[0].metadata_list[0]
+    return FileSystems.open(path, compression_type=_compression_of(
+        path, metadata.size_in_bytes, metadata.last_updated_in_seconds))
+
+
+# Once per file (as it is now) and process: each chunk opens its files, and reading the
+# first bytes of a remote file fetches a whole buffer.
+@functools.lru_cache(maxsize=None)
+def _compression_of(path, size, modified):
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as file:
-        compressed = file.read(2) == GZIP_MAGIC
-    return FileSystems.open(path, compression_type=(
-        CompressionTypes.GZIP if compressed else CompressionTypes.UNCOMPRESSED))
+        if file.read(2) == GZIP_MAGIC:
+            return CompressionTypes.GZIP
+    named = CompressionTypes.detect_compression_type(path)
+    return CompressionTypes.UNCOMPRESSED if named == CompressionTypes.GZIP else named
 
 
 def plan_chunks(inputs, window):

@@ -2,6 +2,7 @@
 rewritten chunks, counters, pairs, resumption after a failure or a kill; the tiny
 exported translator through the command with two worker processes (the beam extra)."""
 
+import bz2
 import gzip
 import io
 import json
@@ -235,15 +236,16 @@ def test_gzipped_inputs_and_outputs(tmp_path):
     assert gzip.decompress((tmp_path / "out.gz").read_bytes()) == expected_output(lines)
 
 
-@pytest.mark.parametrize("compressed", [True, False])
-def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, compressed):
+@pytest.mark.parametrize("name, compress", [
+    ("in.txt", gzip.compress), ("in.gz", lambda data: data), ("in.bz2", bz2.compress)])
+def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress):
     # As `translate` reads them (`text.open_lines`): a gzip file without `.gz`, and a
-    # plain one named `.gz`, read as what they hold.
+    # plain one named `.gz`, read as what they hold; other compressions by their names.
     lines = write_inputs(tmp_path, [300])
     data = (tmp_path / "part-0.txt").read_bytes()
     (tmp_path / "part-0.txt").unlink()
-    named = tmp_path / ("in.txt" if compressed else "in.gz")
-    named.write_bytes(gzip.compress(data) if compressed else data)
+    named = tmp_path / name
+    named.write_bytes(compress(data))
     translate_corpus.translate_corpus("fake", [str(named)], str(tmp_path / "out.txt"),
                                       handler=FakeHandler(), batch_size=BATCH_SIZE)
     assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
