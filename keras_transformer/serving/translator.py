@@ -411,13 +411,18 @@ def source_ids(tokenizer, sentences, max_length):
     return _without_padding_columns(add_start_end(pieces), minimum=2)  # (B, S)
 
 
+# The name of the check `_one_entry_each` adds to a graph.
+ONE_ENTRY_EACH = "one_entry_each"
+
+
 def _one_entry_each(sentences, others, name):
     """Returns `sentences` and `others` (`(B,)` each) once a check that their batches
     match has passed. The check must come first: in a graph, ops that do not depend on
     each other run in any order, and a mismatch would otherwise fail as often inside
     the model (a reshape's sizes) as in the check that names the inputs."""
     check = tf.debugging.assert_equal(tf.shape(sentences), tf.shape(others), message=(
-        f"sentences and {name} must have one entry each per sentence"))
+        f"sentences and {name} must have one entry each per sentence"),
+        name=ONE_ENTRY_EACH)
     with tf.control_dependencies([check]):
         return tf.identity(sentences), tf.identity(others)
 
