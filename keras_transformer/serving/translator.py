@@ -222,20 +222,23 @@ class Translator(tf.Module):
         each token's (0 at padding); `token_ids` int32 `(B, T)` and `tokens` string
         `(B, T)`, the pieces scored ("" at padding). Translations are tokenized as
         targets are in training and truncated to the model's `max_length - 1` tokens.
-        TFLite drops the check that both inputs have one entry per sentence: callers
-        of a `.tflite` file check it (`runners.TFLiteRunner` does)."""
+        TFLite drops the check that both inputs have one entry per sentence (here and
+        in `translate_prefix` and `sample`): callers of a `.tflite` file check it
+        (`runners.TFLiteRunner` does)."""
         return self._score(sentences, translations)
 
     @tf.function(input_signature=[_SENTENCES_SPEC, _PREFIXES_SPEC])
     def translate_prefix(self, sentences, prefixes):
         """Beam search whose translations start with the given target prefixes (their
-        pieces, tokenized as targets; "" forces nothing); outputs as `translate`."""
+        pieces, tokenized as targets; "" forces nothing); outputs as `translate`. TFLite
+        drops the check that there is one prefix per sentence (see `score`)."""
         return self._translate_prefix(sentences, prefixes)
 
     @tf.function(input_signature=[_SENTENCES_SPEC, _SEEDS_SPEC])
     def sample(self, sentences, seeds):
         """Seeded sampling (`decoding.sampling`); outputs as `translate`. A sentence's
-        sample depends on its seed and its text alone."""
+        sample depends on its seed and its text alone. TFLite drops the check that
+        there is one seed per sentence (see `score`)."""
         return self._sample(sentences, seeds)
 
     @tf.function(input_signature=[_SENTENCES_SPEC])
