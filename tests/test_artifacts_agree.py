@@ -12,7 +12,7 @@ from keras_transformer import config as config_lib
 from keras_transformer import files, runs
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import PAD_ID, add_start_end
-from keras_transformer.serving import ctranslate2_runner, export, runners, self_check
+from keras_transformer.serving import export, runners, self_check
 from keras_transformer.serving.translator import Translator
 from keras_transformer.training import fit
 from tests.export_helpers import CORPUS
@@ -66,7 +66,7 @@ def test_every_runtime_gives_the_models_ids_and_scores(trained_export, beam):
 def test_ctranslate2_gives_the_models_greedy_ids_and_scores(trained_export):
     translator, export_dir = trained_export
     reference = runners.ModuleRunner(translator)(SENTENCES)
-    found = ctranslate2_runner.CTranslate2Runner(f"{export_dir}/{files.CTRANSLATE2}")(SENTENCES)
+    found = runners.CTranslate2Runner(f"{export_dir}/{files.CTRANSLATE2}")(SENTENCES)
     assert (self_check.token_sequences(found["token_ids"])
             == self_check.token_sequences(reference["token_ids"]))
     # CTranslate2 takes the suppressed PAD out of its softmax; label smoothing left PAD

@@ -16,7 +16,6 @@ from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, START_ID
 from keras_transformer.model import Transformer
 from keras_transformer.serving import artifacts, runners
-from keras_transformer.serving.ctranslate2_runner import CTranslate2Runner
 from keras_transformer.serving.self_check import token_sequences
 from keras_transformer.serving.translator import Translator
 from tests import export_helpers
@@ -47,7 +46,7 @@ def _export(tmp_path, translator_options=None, **model_options):
 def test_ctranslate2_decodes_like_the_model(tmp_path, model_options):
     translator, _ = _export(tmp_path, **model_options)
     expected = runners.ModuleRunner(translator)(SENTENCES)
-    found = CTranslate2Runner(tmp_path / files.CTRANSLATE2)(SENTENCES)
+    found = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2)(SENTENCES)
     # A random model repeats one token, which still depends on the source; the trained
     # model of test_artifacts_agree.py gives each sentence its own translation.
     assert len(set(token_sequences(expected["token_ids"]))) >= 2
@@ -104,7 +103,7 @@ def test_both_directories_hold_what_a_runner_needs(tmp_path):
 
 def test_bad_input_gets_one_translation_per_sentence(tmp_path):
     _export(tmp_path, num_layers=1)
-    runner = CTranslate2Runner(tmp_path / files.CTRANSLATE2)
+    runner = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2)
     for name, sentences in export_helpers.BAD_INPUTS.items():
         outputs = runner(sentences)
         assert len(outputs["translations"]) == len(sentences), name
@@ -122,7 +121,7 @@ def test_output_limit_is_each_sentences_own(tmp_path):
     translator, _ = _export(tmp_path, {"extra_length": 3}, num_layers=1)
     sentences = ["A dog.", SENTENCES[0] + " " + SENTENCES[1]]
     expected = runners.ModuleRunner(translator)(sentences)
-    found = CTranslate2Runner(tmp_path / files.CTRANSLATE2)(sentences)
+    found = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2)(sentences)
     assert token_sequences(found["token_ids"]) == token_sequences(expected["token_ids"])
     assert len(token_sequences(expected["token_ids"])[0]) < len(
         token_sequences(expected["token_ids"])[1])
@@ -189,7 +188,7 @@ def test_ctranslate2_scores_given_translations_like_the_exported_score(tmp_path)
                                rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(found["scores"], expected["scores"], rtol=1e-4, atol=1e-3)
     with pytest.raises(ValueError, match="1 translations: give one per sentence"):
-        CTranslate2Runner(tmp_path / files.CTRANSLATE2,
+        runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2,
                                   signature=files.SCORE_SIGNATURE)(SENTENCES, targets[:1])
 
 
@@ -199,7 +198,7 @@ def test_ctranslate2_n_best_lists_are_the_models_without_a_length_penalty(tmp_pa
                             num_layers=1)
     sentences = [*SENTENCES[:20], ""]
     expected = runners.ModuleRunner(translator, signature=files.N_BEST_SIGNATURE)(sentences)
-    found = CTranslate2Runner(tmp_path / files.CTRANSLATE2,
+    found = runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2,
                                       signature=files.N_BEST_SIGNATURE)(sentences)
     assert found["translations"].shape == expected["translations"].shape == (21, 4)
     same = [token_sequences(a) == token_sequences(b)
@@ -210,7 +209,7 @@ def test_ctranslate2_n_best_lists_are_the_models_without_a_length_penalty(tmp_pa
     rows = np.array(same)
     np.testing.assert_allclose(found["scores"][rows], expected["scores"][rows],
                                rtol=1e-4, atol=1e-3)
-    np.testing.assert_array_equal(found["translations"][:, 0], CTranslate2Runner(
+    np.testing.assert_array_equal(found["translations"][:, 0], runners.CTranslate2Runner(
         tmp_path / files.CTRANSLATE2, beam=True)(sentences)["translations"])
 
 
@@ -239,7 +238,7 @@ def test_ctranslate2_prefix_sample_and_align_follow_the_exported_signatures(tmp_
     directory = tmp_path / files.CTRANSLATE2
     sentences = [*SENTENCES[:12], ""]
     prefixes = ["Ein Mann", "", "zwei", *["die"] * 9, "Hallo"]
-    runner = CTranslate2Runner(directory, signature=files.PREFIX_SIGNATURE)
+    runner = runners.CTranslate2Runner(directory, signature=files.PREFIX_SIGNATURE)
     found = runner(sentences, prefixes)
     expected = runners.ModuleRunner(translator, signature=files.PREFIX_SIGNATURE)(
         sentences, prefixes)
@@ -254,12 +253,12 @@ def test_ctranslate2_prefix_sample_and_align_follow_the_exported_signatures(tmp_
     with pytest.raises(ValueError, match="13 sentences but 1 prefixes"):
         runner(sentences, prefixes[:1])
 
-    sampled = CTranslate2Runner(directory, signature=files.SAMPLE_SIGNATURE)(
+    sampled = runners.CTranslate2Runner(directory, signature=files.SAMPLE_SIGNATURE)(
         sentences, list(range(len(sentences))))
     greedy = runners.ModuleRunner(translator)(sentences)
     assert token_sequences(sampled["token_ids"]) == token_sequences(greedy["token_ids"])
 
-    found = CTranslate2Runner(directory, signature=files.ALIGN_SIGNATURE)(sentences)
+    found = runners.CTranslate2Runner(directory, signature=files.ALIGN_SIGNATURE)(sentences)
     expected = runners.ModuleRunner(translator, signature=files.ALIGN_SIGNATURE)(sentences)
     same = [a == b for a, b in zip(token_sequences(found["token_ids"]),
                                    token_sequences(expected["token_ids"]))]
@@ -294,4 +293,4 @@ def test_ctranslate2_directories_exported_before_sampling_say_so(tmp_path):
     options_path.write_text(json.dumps(options), encoding="utf-8")
     for signature in (files.SAMPLE_SIGNATURE, files.ALIGN_SIGNATURE):
         with pytest.raises(runners.MissingSignatureError, match="export the run again"):
-            CTranslate2Runner(tmp_path / files.CTRANSLATE2, signature=signature)
+            runners.CTranslate2Runner(tmp_path / files.CTRANSLATE2, signature=signature)

@@ -11,7 +11,7 @@ import pytest
 
 from keras_transformer import cli, files, loading, translate
 from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.serving import artifacts, ctranslate2_runner, runners
+from keras_transformer.serving import artifacts, runners
 from tests.export_helpers import tiny_export, validation_sentences
 
 
@@ -72,7 +72,7 @@ def test_a_damaged_ctranslate2_options_file_is_named(tmp_path):
         (directory / files.CTRANSLATE2_OPTIONS).write_text(damaged, encoding="utf-8")
         # Every reader of the file: the options, the signatures held, the runner.
         for read in (artifacts.exported_options, runners.signature_names,
-                     ctranslate2_runner.CTranslate2Runner):
+                     runners.CTranslate2Runner):
             with pytest.raises(ValueError, match=r"translator.json: not the options of a "
                                                  r"CTranslate2 export .* --ctranslate2"):
                 read(str(directory))

@@ -29,7 +29,6 @@ from keras_transformer.data.tokenizer import END_ID, PAD_ID
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.serving import artifacts, export_folder, runners
 from keras_transformer.serving import translator as translator_lib
-from keras_transformer.serving.ctranslate2_runner import CTranslate2Runner
 from keras_transformer.serving.translator import Translator
 
 # How far scores of two runtimes may lie apart (`same_scores`): float32 sums of up to
@@ -256,7 +255,7 @@ def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
     length penalty is `length ** α`, not GNMT's. The int8 directory is information too.
     """
     float_dir = os.path.join(export_dir, files.CTRANSLATE2)
-    runner = CTranslate2Runner(float_dir)
+    runner = runners.CTranslate2Runner(float_dir)
     saved = saved or load_saved_model(export_dir)
     ids, texts, scores = [], [], []
     for start in range(0, len(sentences), batch_size):
@@ -278,7 +277,7 @@ def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
         saved_beam = saved.with_signature(runners.BEAM_SIGNATURE)
         beam_ids, beam_texts = run_in_batches(saved_beam, sentences, batch_size)
         ctranslate2_ids, ctranslate2_texts = run_in_batches(
-            CTranslate2Runner(float_dir, beam=True), sentences, batch_size)
+            runners.CTranslate2Runner(float_dir, beam=True), sentences, batch_size)
         checks.append(Check(
             "CTranslate2 beam vs SavedModel beam (information)", None,
             f"{sum(a == b for a, b in zip(beam_ids, ctranslate2_ids))}/{len(beam_ids)} "
@@ -286,7 +285,7 @@ def ctranslate2_checks(export_dir, sentences, reference, batch_size, *,
             f"{_bleu(ctranslate2_texts, beam_texts):.1f}"))
     int8_dir = os.path.join(export_dir, files.CTRANSLATE2_INT8)
     if files.is_ctranslate2_dir(int8_dir):
-        int8_ids, int8_texts = run_in_batches(CTranslate2Runner(int8_dir),
+        int8_ids, int8_texts = run_in_batches(runners.CTranslate2Runner(int8_dir),
                                               sentences, batch_size)
         checks.append(Check(
             "CTranslate2 int8 vs float32 (information)", None,
