@@ -27,7 +27,6 @@ import datetime
 import gzip
 import json
 import os
-import re
 import sys
 import time
 
@@ -50,9 +49,10 @@ validation-BLEU ones), the beam size and α on `val` (1,014 sentences, beam BLEU
 scores the exported SavedModel once on each test split. Cased sacreBLEU (13a) and chrF,
 then BLEU as the literature scores Multi30K (`lc.tok`: lowercased, Moses-normalised and
 tokenized, against the dataset's `tok/` references, no further tokenization); cells
-read `BLEU beam (greedy) / chrF / lc.tok beam (greedy)`. `training`: wall-clock
-minutes, weight updates, epochs. Config, every validation score and the signatures
-are in the row's JSON in `benchmarks/results/`, the translations beside it."""
+read `BLEU beam (greedy) / chrF / lc.tok beam (greedy)`. `recipe`: the preset and its
+overrides; `training`: wall-clock minutes, weight updates, epochs. The command, config,
+every validation score and the signatures are in the row's JSON in
+`benchmarks/results/`, the translations beside it."""
 TABLE_HEADER = (
     "| id | date | direction | recipe | hardware | training | chosen on val | val BLEU "
     "| test2016 | test2017 | mscoco | note |\n"
@@ -117,13 +117,23 @@ def table_row(result):
     return "| " + " | ".join([
         result.get("id") or "", result["date"][:10],
         f"{data['source_language']}→{data['target_language']}",
-        # The data directory is the machine's; a reader gives their own.
-        f"`{re.sub(r'--data-dir [^ ]+', '--data-dir DIR', result['command'])}`", hardware,
+        recipe_cell(result.get("arguments") or {}), hardware,
         f"{record['minutes']:.1f} min, {record['updates']:,} updates, "
         f"{record['epochs']} epochs", chosen,
         f"{result['validation']['beam']['bleu']['score']:.1f}",
         cells.get("test2016", "–"), cells.get("test2017", "–"), cells.get("mscoco", "–"),
         result.get("note") or ""]) + " |"
+
+
+def recipe_cell(arguments):
+    """The row's recipe: the preset (or config file) and what the command changed; the
+    whole command is in the result's JSON."""
+    parts = [os.path.basename(arguments["config"]) if arguments.get("config")
+             else arguments.get("preset") or config_lib.DEFAULT_PRESET]
+    for option in ("epochs", "steps_per_epoch", "time_budget_minutes"):
+        if arguments.get(option) is not None:
+            parts.append(f"--{option.replace('_', '-')} {arguments[option]:g}")
+    return "`" + " ".join([*parts, *(arguments.get("overrides") or [])]) + "`"
 
 
 def _cell(scores):

@@ -143,6 +143,7 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
     rows = [line for line in results.read_text(encoding="utf-8").splitlines()
             if line.startswith("| ") and "smoke" in line]
     assert len(rows) == 2 and all(row.count("|") == 13 for row in rows)
+    assert "| `tiny --time-budget-minutes 1 num_layers=1` |" in rows[0]  # not the command
     mscoco = first["test"]["test_2017_mscoco"]
     assert (f"{mscoco['beam']['bleu']['score']:.1f}" in rows[0]
             and f" / {mscoco['beam']['bleu_tok']['score']:.1f} "
