@@ -256,11 +256,20 @@ def check_not_an_input(name, path, inputs):
         inputs: dict, what the command calls each file or folder it reads -> its path
             (or None).
     """
+    input_name = input_named(path, inputs)
+    if input_name:
+        raise ValueError(f"{name} {path} is also the {input_name}: writing it would "
+                         f"overwrite the {input_name}. Name another {name}.")
+
+
+def input_named(path, inputs):
+    """Returns what `inputs` (as in `check_not_an_input`) call the existing file or
+    folder `path`, else None."""
     for input_name, input_path in inputs.items():
         if (input_path and os.path.exists(path) and os.path.exists(input_path)
                 and os.path.samefile(path, input_path)):
-            raise ValueError(f"{name} {path} is also the {input_name}: writing it would "
-                             f"overwrite the {input_name}. Name another {name}.")
+            return input_name
+    return None
 
 
 def same_path(first, second):

@@ -314,12 +314,11 @@ def _check_streamed_output(output, inputs):
     one it has until complete."""
     files.check_output_file("--output", output, inputs)
     partial = _partial_path(output)
-    for input_name, input_path in inputs.items():
-        if (partial and input_path and os.path.exists(partial) and os.path.exists(input_path)
-                and os.path.samefile(partial, input_path)):
-            raise ValueError(f"--output {output} is written as {partial} until it is "
-                             f"complete, and {partial} is the {input_name}: name another "
-                             "--output.")
+    input_name = partial and files.input_named(partial, inputs)
+    if input_name:
+        raise ValueError(f"--output {output} is written as {partial} until it is "
+                         f"complete, and {partial} is the {input_name}: name another "
+                         "--output.")
 
 
 def _load_translator(args, beam=None, doing="Translating", **sampling):
