@@ -6,18 +6,25 @@ same nonsense, which is what the tests check.
 """
 
 import dataclasses
+import fcntl
 import functools
+import hashlib
+import importlib.metadata
 import os
+import pathlib
+import shutil
+import tempfile
+import time
 import types
 
 import keras
 
 from keras_transformer import config as config_lib
-from keras_transformer import files
+from keras_transformer import files, runs
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, train_tokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.serving import export
+from keras_transformer.serving import artifacts, export
 from keras_transformer.serving.translator import Translator
 from tests.conftest import REPOSITORY, fixture_corpus
 
@@ -66,26 +73,96 @@ def tiny_tokenizer():
     return train_tokenizer(lines, VOCABULARY_SIZE, verbose=False)
 
 
-@functools.lru_cache(maxsize=None)
-def tiny_export(directory):
-    """Exports the tiny translator into `directory` once per test session.
+# Where every test process and every pytest run on this machine finds the tiny export
+# (`tiny_export`): building it (SentencePiece, tracing seven signatures, two TFLite
+# conversions) takes a minute, which each test process of each CI step paid.
+SHARED_EXPORTS = pathlib.Path(tempfile.gettempdir()) / "keras_transformer_tiny_export"
+# What the export is built with, besides this package's files: a change to any of these
+# builds it again.
+BUILT_WITH = ("tensorflow", "tensorflow-text", "keras", "ai-edge-litert", "sentencepiece",
+              "protobuf", "numpy", "ml-dtypes", "h5py")
+UNUSED_FOR_DAYS = 2  # shared exports of other code left unused this long are removed
 
-    Returns:
-        A namespace with `translator`, `directory` (str), `report`, `saved_model`,
-        `tflite` and `tflite_quantized` paths.
-    """
+
+def _export_key():
+    """A digest of what the tiny export depends on: the package's and this file's code,
+    the fixture corpus, the versions of `BUILT_WITH`, and TensorFlow's kernel choice."""
+    digest = hashlib.sha256()
+    package = REPOSITORY / "keras_transformer"
+    paths = sorted(path for path in package.rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts)
+    paths += [pathlib.Path(__file__), *sorted(CORPUS.glob("*.gz"))]
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in BUILT_WITH:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            version = "absent"
+        digest.update(f"{name}={version}\0".encode())
+    digest.update(os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default").encode())
+    return digest.hexdigest()[:16]
+
+
+def _build_tiny_export(directory):
+    """Writes the tiny translator's export (`export/`) and run directory (`run/`, what
+    `runs.load_run` restores it from) into `directory`."""
     tokenizer = tiny_tokenizer()
     keras.utils.set_random_seed(0)
     # One layer per stack: every code path of two, for half the tracing and conversion.
     model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
                                     num_layers=1)
     translator = Translator(model, tokenizer)
-    report = export.export_translator(translator, str(directory), quantize=True)
+    export.export_translator(translator, str(directory / "export"), quantize=True)
+    run_dir_of(translator, directory / "run")
+
+
+def _remove_unused_exports(keep):
+    """Removes the exports (and their locks, and folders of interrupted builds) of other
+    keys than `keep` that no test process used for `UNUSED_FOR_DAYS`."""
+    for path in SHARED_EXPORTS.iterdir():
+        if (not path.name.startswith(keep)
+                and time.time() - path.stat().st_mtime > UNUSED_FOR_DAYS * 86400):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_export():
+    """The tiny translator and its export, built once per machine and code.
+
+    The first test process to ask builds it into `SHARED_EXPORTS` (under an `flock`,
+    into a folder of its own moved into place once complete); the others, in this run
+    and later ones, load the same files. Read-only: a test that changes an export copies
+    it first.
+
+    Returns:
+        A namespace with `translator` (the exported model, in memory), `directory`
+        (str), `report`, `saved_model`, `tflite` and `tflite_quantized` paths.
+    """
+    SHARED_EXPORTS.mkdir(exist_ok=True)
+    key = _export_key()
+    directory = SHARED_EXPORTS / key
+    with open(SHARED_EXPORTS / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not directory.exists():
+            building = SHARED_EXPORTS / f"{key}.{os.getpid()}.partial"
+            shutil.rmtree(building, ignore_errors=True)
+            building.mkdir()
+            _build_tiny_export(building)
+            os.rename(building, directory)
+            _remove_unused_exports(keep=key)
+    os.utime(directory)  # in use: see `_remove_unused_exports`
+    _, tokenizer, model = runs.load_run(str(directory / "run"))
+    export_dir = directory / "export"
     return types.SimpleNamespace(
-        translator=translator, directory=str(directory), report=report,
-        saved_model=str(directory / files.SAVED_MODEL),
-        tflite=str(directory / files.TFLITE),
-        tflite_quantized=str(directory / files.TFLITE_QUANTIZED))
+        translator=Translator(model, tokenizer), directory=str(export_dir),
+        report=artifacts.export_report(str(export_dir / files.SAVED_MODEL)),
+        saved_model=str(export_dir / files.SAVED_MODEL),
+        tflite=str(export_dir / files.TFLITE),
+        tflite_quantized=str(export_dir / files.TFLITE_QUANTIZED))
 
 
 def run_dir_of(translator, run_dir):

@@ -446,12 +446,11 @@ def test_decode_engines_runs_every_batch_on_each_runner_in_turn(order):
 
 
 @pytest.mark.slow
-def test_serve_load_answers_every_request_hostile_one_and_fault(tmp_path, tmp_path_factory,
-                                                               fixture_corpus_dir):
+def test_serve_load_answers_every_request_hostile_one_and_fault(tmp_path, fixture_corpus_dir):
     from benchmarks import serve_load
     from tests.export_helpers import tiny_export
 
-    exported = tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+    exported = tiny_export()
     path = tmp_path / "serve.json"
     serve_load.main(["--artifact", exported.tflite_quantized, "--source",
                      str(fixture_corpus_dir / "val.en.gz"), "--sentences", "20",

@@ -24,8 +24,8 @@ SECOND = {files.PREFIX_SIGNATURE: PREFIXES, files.SAMPLE_SIGNATURE: list(range(8
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 def _runner(exported, artifact, signature):

@@ -54,9 +54,9 @@ def saved_model(tmp_path_factory, stand_in):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """The tiny exported translator of the export tests (built once per session)."""
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def tiny():
+    """The tiny exported translator of the export tests (built once: `tiny_export`)."""
+    return tiny_export()
 
 
 @pytest.fixture()

@@ -30,8 +30,8 @@ ENVIRONMENT = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 @pytest.fixture(scope="module")

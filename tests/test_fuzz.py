@@ -24,9 +24,8 @@ FULL_RUN_TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    # The same directory as the export tests use: built once per test session.
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 def _is_invalid_utf8(sentence):

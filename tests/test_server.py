@@ -29,8 +29,8 @@ TOLERANCE = dict(rtol=self_check.SCORE_RTOL, atol=self_check.SCORE_ATOL)
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ SENTENCE = "A dog runs across the green field."
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 @pytest.fixture(scope="module")

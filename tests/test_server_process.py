@@ -17,8 +17,8 @@ httpx = pytest.importorskip("httpx")
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 def _predict(url, sentences):

@@ -26,8 +26,8 @@ CASES = {**BAD_INPUTS, "batch_of_512": None}
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 @pytest.fixture(scope="module")

@@ -112,8 +112,8 @@ def test_a_20k_line_stream_translates_like_line_by_line_in_a_bounded_window():
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+def exported():
+    return tiny_export()
 
 
 def test_batching_by_tokens_translates_like_one_sentence_a_call(exported, tmp_path,

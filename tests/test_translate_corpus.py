@@ -287,8 +287,7 @@ def _command(*arguments):
 def corpus(tmp_path_factory):
     from tests.export_helpers import tiny_export, validation_sentences
     directory = tmp_path_factory.mktemp("corpus")
-    # The export the other test files of this process read too (it is built once).
-    exported = tiny_export(tmp_path_factory.getbasetemp() / "tiny_export")
+    exported = tiny_export()
     sentences = [sentence.encode() for sentence in validation_sentences()]
     lines = (sentences * (600 // len(sentences) + 1))[:600]
     lines[5], lines[77] = b"", b"caf\xe9 au lait" * 3
