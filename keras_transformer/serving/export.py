@@ -131,11 +131,13 @@ def _write_artifacts(translator, directory, export_id, tflite, quantize, ctransl
                                        for name in translator.exported_signatures},
                         "tf_text_ops": tf_text_ops, "ops": ops},
     }
-    for key, name, quantized in (("tflite", TFLITE, False),
-                                 ("tflite_dynamic_range", TFLITE_QUANTIZED, True)):
-        if not tflite or (quantized and not quantize):
-            continue
-        report[key] = _export_tflite(translator, os.path.join(directory, name),
+    wanted = [(key, name, quantized) for key, name, quantized in (
+        ("tflite", TFLITE, False), ("tflite_dynamic_range", TFLITE_QUANTIZED, True))
+        if tflite and (quantize or not quantized)]
+    contents = translator_lib.convert_to_tflite_models(
+        translator, [quantized for _, _, quantized in wanted]) if wanted else []
+    for (key, name, quantized), content in zip(wanted, contents):
+        report[key] = _export_tflite(translator, content, os.path.join(directory, name),
                                      quantized, export_id)
     if ctranslate2_export is not None:
         report["ctranslate2"] = ctranslate2_export.export_ctranslate2(
@@ -155,9 +157,8 @@ def _ctranslate2_export():
     return ctranslate2_export
 
 
-def _export_tflite(translator, path, quantize, export_id):
-    """Converts, checks and writes one TFLite file; returns its report entry."""
-    content = translator_lib.convert_to_tflite(translator, quantize=quantize)
+def _export_tflite(translator, content, path, quantize, export_id):
+    """Checks and writes the TFLite flatbuffer `content`; returns its report entry."""
     ops = op_checks.tflite_ops(content)
     custom_ops = op_checks.check_tflite_ops(ops)
     content = export_folder.stamp_tflite(content, export_id)
