@@ -24,7 +24,7 @@ from keras_transformer import files, runs
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, train_tokenizer
 from keras_transformer.model import Transformer
-from keras_transformer.serving import artifacts, export
+from keras_transformer.serving import artifacts, export, export_folder
 from keras_transformer.serving.translator import Translator
 from tests.conftest import REPOSITORY, fixture_corpus
 
@@ -73,10 +73,12 @@ def tiny_tokenizer():
     return train_tokenizer(lines, VOCABULARY_SIZE, verbose=False)
 
 
-# Where every test process and every pytest run on this machine finds the tiny export
+# Where every test process and every pytest run of this user finds the tiny export
 # (`tiny_export`): building it (SentencePiece, tracing seven signatures, two TFLite
-# conversions) takes a minute, which each test process of each CI step paid.
-SHARED_EXPORTS = pathlib.Path(tempfile.gettempdir()) / "keras_transformer_tiny_export"
+# conversions) takes a minute, which each test process of each CI step paid. One folder
+# per user: another user's files could be changed under us.
+SHARED_EXPORTS = (pathlib.Path(tempfile.gettempdir())
+                  / f"keras_transformer_tiny_export-{os.getuid()}")
 # What the export is built with, besides this package's files: a change to any of these
 # builds it again.
 BUILT_WITH = ("tensorflow", "tensorflow-text", "keras", "ai-edge-litert", "sentencepiece",
@@ -86,21 +88,25 @@ UNUSED_FOR_DAYS = 2  # shared exports of other code left unused this long are re
 
 def _export_key():
     """A digest of what the tiny export depends on: the package's and this file's code,
-    the fixture corpus, the versions of `BUILT_WITH`, and TensorFlow's kernel choice."""
+    the fixture corpus, the versions of `BUILT_WITH` (and of `export.library_versions`,
+    which reads the modules), Keras's backend and TensorFlow's kernel choice."""
     digest = hashlib.sha256()
     package = REPOSITORY / "keras_transformer"
     paths = sorted(path for path in package.rglob("*")
                    if path.is_file() and "__pycache__" not in path.parts)
     paths += [pathlib.Path(__file__), *sorted(CORPUS.glob("*.gz"))]
     for path in paths:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        name = path.relative_to(REPOSITORY) if path.is_relative_to(REPOSITORY) else path
+        digest.update(f"{name}\0".encode() + path.read_bytes() + b"\0")
+    versions = dict(export.library_versions())
     for name in BUILT_WITH:
         try:
-            version = importlib.metadata.version(name)
+            versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            version = "absent"
-        digest.update(f"{name}={version}\0".encode())
-    digest.update(os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default").encode())
+            versions[name] = "absent"
+    versions.update((variable, os.environ.get(variable, "unset"))
+                    for variable in ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS"))
+    digest.update(repr(sorted(versions.items())).encode())
     return digest.hexdigest()[:16]
 
 
@@ -117,44 +123,104 @@ def _build_tiny_export(directory):
     run_dir_of(translator, directory / "run")
 
 
+def _is_whole(directory):
+    """Whether `directory` holds a whole build: a cleaner of the temporary directory may
+    have removed some of its files since."""
+    export_dir = directory / "export"
+    needed = [export_dir / name for name in (files.REPORT_JSON, files.TFLITE,
+                                             files.TFLITE_QUANTIZED)]
+    needed += [export_dir / files.SAVED_MODEL / "saved_model.pb"]
+    needed += [directory / "run" / name for name in (files.CONFIG, files.TOKENIZER,
+                                                     files.FINAL_WEIGHTS)]
+    if not all(path.exists() for path in needed):
+        return False
+    try:
+        export_folder.check_consistent(str(export_dir))
+    except export_folder.ExportMismatchError:
+        return False
+    return True
+
+
+def _remove(path):
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _remove_unused_exports(keep):
-    """Removes the exports (and their locks, and folders of interrupted builds) of other
-    keys than `keep` that no test process used for `UNUSED_FOR_DAYS`."""
+    """Removes the builds (and locks) of other keys than `keep` that no test process
+    used for `UNUSED_FOR_DAYS`, each under its key's lock (skipped while held)."""
     for path in SHARED_EXPORTS.iterdir():
-        if (not path.name.startswith(keep)
-                and time.time() - path.stat().st_mtime > UNUSED_FOR_DAYS * 86400):
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        key = path.name.split(".")[0]
+        if key == keep or path.suffix == ".lock":
+            continue
+        with open(SHARED_EXPORTS / f"{key}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a process is building or opening it
+            try:
+                unused = time.time() - path.lstat().st_mtime > UNUSED_FOR_DAYS * 86400
+            except FileNotFoundError:
+                continue
+            if unused:
+                _remove(path)
+                (SHARED_EXPORTS / f"{key}.lock").unlink(missing_ok=True)
+
+
+def _shared_folder():
+    """`SHARED_EXPORTS`, made if missing, and refused unless this user's own."""
+    SHARED_EXPORTS.mkdir(mode=0o700, exist_ok=True)
+    status = SHARED_EXPORTS.lstat()
+    if SHARED_EXPORTS.is_symlink() or status.st_uid != os.getuid():
+        raise RuntimeError(f"{SHARED_EXPORTS} is not a folder of this user's: the tests "
+                           "load the exports in it. Remove it, then run them again.")
+    return SHARED_EXPORTS
 
 
 @functools.lru_cache(maxsize=None)
 def tiny_export():
-    """The tiny translator and its export, built once per machine and code.
+    """The tiny translator and its export, built once per user, machine and code.
 
     The first test process to ask builds it into `SHARED_EXPORTS` (under an `flock`,
     into a folder of its own moved into place once complete); the others, in this run
-    and later ones, load the same files. Read-only: a test that changes an export copies
-    it first.
+    and later ones, load the same files (a build found incomplete is made again).
+    Read-only: a test that changes an export copies it first.
 
     Returns:
         A namespace with `translator` (the exported model, in memory), `directory`
         (str), `report`, `saved_model`, `tflite` and `tflite_quantized` paths.
     """
-    SHARED_EXPORTS.mkdir(exist_ok=True)
+    shared = _shared_folder()
     key = _export_key()
-    directory = SHARED_EXPORTS / key
-    with open(SHARED_EXPORTS / f"{key}.lock", "w") as lock:
+    directory = shared / key
+    with open(shared / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        for stale in [*shared.glob(f"{key}.*.partial"), *shared.glob(f"{key}.*.damaged")]:
+            _remove(stale)  # of a build that was interrupted: none runs without the lock
+        if directory.exists() and not _is_whole(directory):
+            damaged = shared / f"{key}.{os.getpid()}.damaged"
+            os.rename(directory, damaged)
+            _remove(damaged)
         if not directory.exists():
-            building = SHARED_EXPORTS / f"{key}.{os.getpid()}.partial"
-            shutil.rmtree(building, ignore_errors=True)
+            building = shared / f"{key}.{os.getpid()}.partial"
             building.mkdir()
-            _build_tiny_export(building)
-            os.rename(building, directory)
+            try:
+                _build_tiny_export(building)
+            except BaseException:
+                _remove(building)
+                raise
+            try:
+                os.rename(building, directory)
+            except OSError:
+                # Built beside another process that took the lock file of this key
+                # while `_remove_unused_exports` removed it: theirs is as good.
+                _remove(building)
+                if not directory.exists():
+                    raise
             _remove_unused_exports(keep=key)
-    os.utime(directory)  # in use: see `_remove_unused_exports`
+        os.utime(directory)  # in use: see `_remove_unused_exports`
     _, tokenizer, model = runs.load_run(str(directory / "run"))
     export_dir = directory / "export"
     return types.SimpleNamespace(

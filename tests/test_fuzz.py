@@ -95,8 +95,9 @@ def test_exported_translator_answers_every_hostile_batch(exported, artifact):
     assert report["passed"], json.dumps(report["failures"], indent=2)
 
 
-# The export (55 s) and the command on 10,000 inputs per artifact (90 s), measured on 2
-# busy cores; the command's own limit, FULL_RUN_TIMEOUT_S, comes first.
+# The export (55 s, when no other test process built it first: `tiny_export`) and the
+# command on 10,000 inputs per artifact (90 s), measured on 2 busy cores; the command's
+# own limit, FULL_RUN_TIMEOUT_S, comes first.
 @pytest.mark.timeout(FULL_RUN_TIMEOUT_S + 300)
 @pytest.mark.slow
 def test_full_fuzz_run(exported, tmp_path):

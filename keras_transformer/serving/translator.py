@@ -449,8 +449,9 @@ def save_saved_model(translator, directory):
     _save_functions(translator, directory, translator.signatures())
 
 
-def _save_functions(translator, directory, signatures):
-    """Writes the `{name: concrete function}` `signatures` of `translator` as a SavedModel."""
+def _save_functions(translator, directory, signatures, options=None):
+    """Writes the `{name: concrete function}` `signatures` of `translator` as a SavedModel
+    (`options`: `tf.saved_model.SaveOptions`)."""
     # The signatures alone, under a root that tracks what they read (the weights, the
     # tokenizer): saved with its `tf.function` attributes too, the Translator wrote every
     # function twice (the signatures call copies of them), and `tf.saved_model.load`
@@ -458,7 +459,7 @@ def _save_functions(translator, directory, signatures):
     root = tf.Module(name="translator")
     root.model_variables = translator.model_variables
     root.tokenizer = translator.tokenizer
-    tf.saved_model.save(root, directory, signatures=signatures)
+    tf.saved_model.save(root, directory, signatures=signatures, options=options)
 
 
 def convert_to_tflite(translator, quantize=False):
@@ -490,7 +491,9 @@ def convert_to_tflite_models(translator, quantizations):
     functions = translator.tflite_signatures()
     names = [function.graph.name for function in functions]  # `_named_function`'s
     with tempfile.TemporaryDirectory(prefix="tflite_functions_") as directory:
-        _save_functions(translator, directory, dict(zip(names, functions)))
+        # With the functions' source lines, which the converter's errors then name.
+        _save_functions(translator, directory, dict(zip(names, functions)),
+                        tf.saved_model.SaveOptions(save_debug_info=True))
         models = []
         for quantize in quantizations:
             converter = tf.lite.TFLiteConverter.from_saved_model(directory,
