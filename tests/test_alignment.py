@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras_transformer import Transformer, formats
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding import alignment
-from keras_transformer.serving import runners
+from keras_transformer.serving import ctranslate2_runner
 from keras_transformer.serving.translator import Translator
 from tests.export_helpers import batch_of, tiny_tokenizer
 
@@ -47,7 +47,7 @@ def test_word_indices_follow_the_word_rule():
     np.testing.assert_array_equal(found, expected)
     # The CTranslate2 runner's NumPy twin, on unpadded id lists.
     lists = [[token for token in row if token != PAD_ID] for row in ids]
-    found = runners._word_indices(lists, word_starts, SPECIAL)
+    found = ctranslate2_runner._word_indices(lists, word_starts, SPECIAL)
     np.testing.assert_array_equal(
         found, [python_word_indices(row + [PAD_ID] * (12 - len(row)), word_starts)
                 for row in lists])

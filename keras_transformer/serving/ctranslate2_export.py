@@ -10,7 +10,7 @@ toolkits (it ships none for Keras).
 Each directory holds CTranslate2's `model.bin`, `config.json` and vocabularies, the
 run's SentencePiece model (`tokenizer.model`) and `translator.json`, the exported
 translator's options (source truncation, output limit, beam size, α), so that
-`runners.CTranslate2Runner` tokenizes and decodes as the SavedModel does.
+`ctranslate2_runner.CTranslate2Runner` tokenizes and decodes as the SavedModel does.
 
 Differences from the SavedModel that no option closes (the self-check reports them):
 CTranslate2's beam search divides scores by `length ** α`, not GNMT's
