@@ -24,18 +24,22 @@ Order and completeness by construction (Beam itself keeps no order):
   already written (`OUTPUT.parts/plan.json` says what they are of) and does the rest.
 """
 
+import bz2
 import contextlib
 import dataclasses
 import functools
+import gzip
 import json
 import logging
+import lzma
 import os
 import shutil
 import threading
 import uuid
+import zlib
 
 from keras_transformer import files, formats, loading, translate
-from keras_transformer.data.text import GZIP_MAGIC
+from keras_transformer.data.text import GZIP_MAGIC, CorpusError
 
 
 class _ApitoolsNoise(logging.Filter):
@@ -122,7 +126,22 @@ def match_inputs(patterns):
 
 def number_lines(path, progress=None):
     """Returns the `InputFile` of `path`; warns, as `translate` does, at its first line
-    that is not UTF-8. `progress(bytes)` is told the bytes read."""
+    that is not UTF-8. `progress(bytes)` is told the bytes read.
+
+    Raises:
+        CorpusError: a compressed input is truncated or damaged (naming it).
+    """
+    try:
+        return _number_lines(path, progress)
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
+        compression = _compression_of(*_identity(path))
+        if compression == CompressionTypes.UNCOMPRESSED:
+            raise
+        raise CorpusError(f"{path}: its {compression} data cannot be read ({error}): the "
+                          "file is truncated or damaged. Download or copy it again.") from None
+
+
+def _number_lines(path, progress):
     offsets, offset, count, not_utf8 = [], 0, 0, 0
     with open_input(path) as file:
         for line in iter(file.readline, b""):
@@ -148,14 +167,36 @@ def number_lines(path, progress=None):
     return InputFile(path, size, count, tuple(offsets), not_utf8)
 
 
+# Python's own readers of the compressions it has, over the file's bytes from Beam: they
+# raise at a truncated or damaged stream, as `translate` does (`text.open_lines`), where
+# Beam's reader ends a truncated one early without a word (half a gzip file of 20,000
+# lines read as its first 9,918).
+_STANDARD_READERS = {CompressionTypes.GZIP: lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+                     CompressionTypes.BZIP2: bz2.BZ2File, CompressionTypes.LZMA: lzma.LZMAFile}
+
+
+@contextlib.contextmanager
 def open_input(path):
-    """Opens the input file `path` (any file system Beam knows), decompressed: gzip is
-    known by its first two bytes, as `translate` knows it (`text.open_lines`), not by
-    its name as Beam's default would, so that one file reads alike in both commands;
-    other compressions (.bz2, .zst, ...) by their names, as Beam knows them."""
+    """Opens the input file `path` (any file system Beam knows), decompressed, as a
+    context manager: gzip is known by its first two bytes, as `translate` knows it
+    (`text.open_lines`), not by its name as Beam's default would, so that one file reads
+    alike in both commands; other compressions (.bz2, .xz, .zst, ...) by their names, as
+    Beam knows them."""
+    compression = _compression_of(*_identity(path))
+    reader = _STANDARD_READERS.get(compression)
+    if reader is None:
+        with FileSystems.open(path, compression_type=compression) as file:
+            yield file
+        return
+    with (FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw,
+          reader(raw) as file):
+        yield file
+
+
+def _identity(path):
+    """`(path, size, time)`: what `_compression_of` caches its answer by."""
     metadata = FileSystems.match([path])[0].metadata_list[0]
-    return FileSystems.open(path, compression_type=_compression_of(
-        path, metadata.size_in_bytes, metadata.last_updated_in_seconds))
+    return path, metadata.size_in_bytes, metadata.last_updated_in_seconds
 
 
 # Once per file (as it is now) and process: each chunk opens its files, and reading the
@@ -361,7 +402,8 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         artifact: str. What `load_translator` opens (a run directory is exported first
             if it has no export).
         patterns: list of str. Globs of the input files (joined in sorted name order;
-            plain or gzip, known by their first bytes).
+            plain or gzip, known by their first bytes, or compressed as their names
+            say: `open_input`).
         output: str. The output file (any file system Beam knows; `.gz`: gzipped).
         pairs: `None` (line i of `output` is line i's output, as `translate` writes it),
             "tsv" or "jsonl" (`formats.pair_tsv`, `formats.pair_jsonl`).
@@ -380,6 +422,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     Raises:
         ValueError: `output` holds the parts of a run with other arguments.
         FileNotFoundError: a pattern matches nothing.
+        CorpusError: a compressed input is truncated or damaged.
     """
     paths = match_inputs(patterns)
     output = os.fspath(output)
@@ -389,10 +432,11 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     files.check_not_an_input("--output", output, {
         "artifact": artifact, **{f"input {path}": path for path in paths
                                  if os.path.exists(path)}})
+    # Before the export: an input that cannot be read is named without one.
+    inputs = _number_inputs(paths, progress)
     if files.is_run_dir(artifact):  # exported once here, not in every worker
         from keras_transformer.serving import artifacts
         artifacts.resolve_artifact(artifact, export_if_missing=True)
-    inputs = _number_inputs(paths, progress)
     window = load_options.get("batch_size", 32) * translate.WINDOW_BATCHES
     chunks = plan_chunks(inputs, window)
     plan = {"artifact": os.path.abspath(artifact) if os.path.exists(artifact) else artifact,

@@ -6,6 +6,7 @@ import bz2
 import gzip
 import io
 import json
+import lzma
 import os
 import signal
 import subprocess
@@ -249,6 +250,30 @@ def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress)
     translate_corpus.translate_corpus("fake", [str(named)], str(tmp_path / "out.txt"),
                                       handler=FakeHandler(), batch_size=BATCH_SIZE)
     assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
+
+
+@pytest.mark.parametrize("name, compress", [
+    ("in.gz", gzip.compress), ("in.bz2", bz2.compress), ("in.xz", lzma.compress)])
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_truncated_or_damaged_compressed_input_is_an_error_naming_it(tmp_path, name,
+                                                                      compress, damage):
+    # As `translate` refuses it; Beam's own reader took half a gzip file for a whole one.
+    write_inputs(tmp_path, [3000])
+    data = compress((tmp_path / "part-0.txt").read_bytes())
+    (tmp_path / "part-0.txt").unlink()
+    if damage == "truncated":
+        data = data[:len(data) // 2]
+    else:
+        middle = len(data) // 2
+        data = data[:middle] + bytes(b ^ 0x5A for b in data[middle:middle + 64]) + data[
+            middle + 64:]
+    named = tmp_path / name
+    named.write_bytes(data)
+    with pytest.raises(translate_corpus.CorpusError,
+                       match=rf"{named}: its \w+ data cannot be read .*truncated or damaged"):
+        translate_corpus.translate_corpus("fake", [str(named)], str(tmp_path / "out.txt"),
+                                          handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert not (tmp_path / "out.txt").exists()
 
 
 def test_translate_lines_keys_every_output():
