@@ -277,6 +277,30 @@ def test_translate_command_keeps_the_chunks_it_finished_beside_the_earlier_outpu
         assert status == 1 and "error: decoder failed" in error
 
 
+def test_a_second_run_writing_the_same_output_is_refused(tmp_path, monkeypatch, capsys):
+    import fcntl
+
+    monkeypatch.setattr(runners, "open_runner", lambda artifact, **options: (
+        lambda batch: {"translations": [b"<" + sentence + b">" for sentence in batch]}))
+    artifact = tmp_path / "saved_model"
+    artifact.mkdir()
+    (artifact / "saved_model.pb").touch()
+    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
+    source.write_bytes(b"a\nb\n")
+    partial = tmp_path / "target.txt.partial"
+    partial.write_bytes(b"the first run's lines\n")
+    arguments = ["translate", str(artifact), "--input", str(source), "--output",
+                 str(target), "--no-progress"]
+    with open(partial, "ab") as first_run:  # the first run, still writing
+        fcntl.flock(first_run, fcntl.LOCK_EX)
+        assert cli.main(arguments) == 2
+        assert f"--output {target} is being written by another run" in (
+            capsys.readouterr().err)
+        assert partial.read_bytes() == b"the first run's lines\n" and not target.exists()
+    assert cli.main(arguments) == 0  # once it ended, or was killed
+    assert target.read_bytes() == b"<a>\n<b>\n" and not partial.exists()
+
+
 def test_translate_command_writes_through_links_and_into_devices(tmp_path, monkeypatch):
     # A link's file gets the translations (the link stays), and a device is written,
     # never replaced by a file: here /dev/null through a link, as `-o /dev/null` does.

@@ -2,6 +2,7 @@
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -253,7 +254,8 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
 
     `--output FILE` is written as `FILE.partial` and renamed to FILE once complete
     (`_partial_path`): a run that stops keeps what it finished there, and an earlier
-    FILE stays whole.
+    FILE stays whole. A second run writing FILE meanwhile is refused
+    (`_open_partial`).
     """
     from keras_transformer import translate
     progress = translate.progress_bar() if progress else None
@@ -262,8 +264,11 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
         for file in opened:
             stack.enter_context(file)
         # Bytes: the translations are UTF-8 whatever the terminal's locale says.
-        stream = stack.enter_context(open(partial or args.output, "wb") if args.output
-                                     else contextlib.nullcontext(sys.stdout.buffer))
+        if partial:
+            stream = stack.enter_context(_open_partial(partial, args.output))
+        else:
+            stream = stack.enter_context(open(args.output, "wb") if args.output
+                                         else contextlib.nullcontext(sys.stdout.buffer))
         try:
             translate.translate_file(runner, lines, stream, progress=progress,
                                      **file_options)
@@ -272,8 +277,30 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
                     else f"{args.output or 'standard output'}: {stopped}")
             print(f"\n{kept}.", file=sys.stderr)
             raise stopped.__cause__ from None
-    if partial:
-        _put_in_place(partial, os.path.realpath(args.output))
+        if partial:
+            stream.flush()
+            # Under the lock still: a run that opened FILE.partial before the rename
+            # must not write into what is FILE after it.
+            _put_in_place(partial, os.path.realpath(args.output))
+
+
+def _open_partial(partial, output):
+    """Opens `partial` to write, emptied, under an exclusive `flock` that lasts until it
+    is closed: two runs writing one `--output` at once would write into one file.
+
+    Raises:
+        ValueError: another process holds it, naming both.
+    """
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise ValueError(f"--output {output} is being written by another run (it holds "
+                         f"{partial}): wait for it to end, or name another "
+                         "--output.") from None
+    os.ftruncate(descriptor, 0)
+    return os.fdopen(descriptor, "wb")
 
 
 def _partial_path(output):
