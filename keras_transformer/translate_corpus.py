@@ -12,7 +12,8 @@ reaches for the network) or on any runner Beam's options name (Dataflow, Flink, 
 Order and completeness by construction (Beam itself keeps no order):
 - The driver numbers the lines: it reads the inputs once, in sorted name order, counting
   each file's lines and noting every `STRIDE`-th line's byte offset; the first line that
-  is not UTF-8 gets `translate`'s warning.
+  is not UTF-8 gets `translate`'s warning, and a truncated or damaged compressed file
+  stops the run there, named, before anything is written.
 - The numbered lines are cut into `translate`'s windows (batch size × `WINDOW_BATCHES`
   lines of the joined files), one chunk each; the handler batches a chunk by length
   exactly as `translate` batches that window, so the output is `translate`'s, byte for
