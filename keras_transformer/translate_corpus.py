@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import gzip
+import io
 import json
 import logging
 import lzma
@@ -55,6 +56,7 @@ _noise = _ApitoolsNoise()
 logging.getLogger().addFilter(_noise)
 try:
     import apache_beam as beam
+    import zstandard  # Beam's dependency, for its zstd files
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.metrics import Metrics
@@ -134,7 +136,7 @@ def number_lines(path, progress=None):
     """
     try:
         return _number_lines(path, progress)
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as error:
         compression = _compression_of(*_identity(path))
         if compression == CompressionTypes.UNCOMPRESSED:
             raise
@@ -168,12 +170,75 @@ def _number_lines(path, progress):
     return InputFile(path, size, count, tuple(offsets), not_utf8)
 
 
-# Python's own readers of the compressions it has, over the file's bytes from Beam: they
-# raise at a truncated or damaged stream, as `translate` does (`text.open_lines`), where
-# Beam's reader ends a truncated one early without a word (half a gzip file of 20,000
-# lines read as its first 9,918).
-_STANDARD_READERS = {CompressionTypes.GZIP: lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
-                     CompressionTypes.BZIP2: bz2.BZ2File, CompressionTypes.LZMA: lzma.LZMAFile}
+class _WholeStreams(io.RawIOBase):
+    """The decompressed bytes of the binary file `raw`, each of its concatenated streams
+    read with a `new_decompressor()` (zlib's or zstandard's objects: `decompress`,
+    `eof`, `unused_data`); a file that ends inside a stream raises `EOFError`, as
+    Python's gzip reader does. Seeks go forward only, by reading."""
+
+    def __init__(self, raw, new_decompressor):
+        super().__init__()
+        self._raw, self._new_decompressor = raw, new_decompressor
+        self._decompressor, self._inside = new_decompressor(), False
+        self._output, self._taken, self._position = b"", 0, 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._position
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        target = {io.SEEK_SET: 0, io.SEEK_CUR: self._position}[whence] + offset
+        if target < self._position:
+            raise io.UnsupportedOperation("a compressed input seeks forward only")
+        scratch = bytearray(1 << 16)
+        while self._position < target:
+            with memoryview(scratch)[:min(len(scratch), target - self._position)] as view:
+                if not self.readinto(view):
+                    break
+        return self._position
+
+    def readinto(self, buffer):
+        while self._taken == len(self._output):
+            data = b""
+            if self._decompressor.eof:  # the next stream, if any, starts here
+                data = self._decompressor.unused_data
+                self._decompressor, self._inside = self._new_decompressor(), False
+            data = data or self._raw.read(1 << 16)
+            if not data:
+                if self._inside:
+                    raise EOFError("the file ended inside a compressed stream")
+                return 0
+            self._output, self._taken = self._decompressor.decompress(data), 0
+            self._inside = not self._decompressor.eof
+        count = min(len(buffer), len(self._output) - self._taken)
+        buffer[:count] = self._output[self._taken:self._taken + count]
+        self._taken += count
+        self._position += count
+        return count
+
+
+def _zstd_decompressor():
+    # Beam's window limit (2 GiB): zstandard's default refuses files written with a
+    # long window.
+    return zstandard.ZstdDecompressor(max_window_size=2 ** 31).decompressobj()
+
+
+# Readers that raise at a truncated or damaged stream, as `translate` does
+# (`text.open_lines`), over the file's bytes from Beam: Beam's own reader ends a
+# truncated stream early without a word (half a gzip file of 20,000 lines read as its
+# first 9,918; the same with zstd and deflate). Python's own where it has them.
+_WHOLE_STREAM_READERS = {
+    CompressionTypes.GZIP: lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    CompressionTypes.BZIP2: bz2.BZ2File, CompressionTypes.LZMA: lzma.LZMAFile,
+    CompressionTypes.DEFLATE: lambda raw: io.BufferedReader(
+        _WholeStreams(raw, zlib.decompressobj)),
+    CompressionTypes.ZSTD: lambda raw: io.BufferedReader(
+        _WholeStreams(raw, _zstd_decompressor))}
 
 
 @contextlib.contextmanager
@@ -181,17 +246,16 @@ def open_input(path):
     """Opens the input file `path` (any file system Beam knows), decompressed, as a
     context manager: gzip is known by its first two bytes, as `translate` knows it
     (`text.open_lines`), not by its name as Beam's default would, so that one file reads
-    alike in both commands; other compressions (.bz2, .xz, .zst, ...) by their names, as
-    Beam knows them."""
+    alike in both commands; other compressions (.bz2, .xz, .zst, .deflate) by their
+    names, as Beam knows them. A truncated or damaged stream raises (`EOFError`,
+    `OSError`, `zlib.error`, `lzma.LZMAError`, zstandard's `ZstdError`)."""
     compression = _compression_of(*_identity(path))
-    reader = _STANDARD_READERS.get(compression)
-    if reader is None:
-        with FileSystems.open(path, compression_type=compression) as file:
-            yield file
-        return
-    with (FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw,
-          reader(raw) as file):
-        yield file
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        if compression == CompressionTypes.UNCOMPRESSED:
+            yield raw
+        else:
+            with _WHOLE_STREAM_READERS[compression](raw) as file:
+                yield file
 
 
 def _identity(path):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 
@@ -237,8 +238,18 @@ def test_gzipped_inputs_and_outputs(tmp_path):
     assert gzip.decompress((tmp_path / "out.gz").read_bytes()) == expected_output(lines)
 
 
+def zstd_compress(data):
+    import zstandard  # the beam extra's
+
+    return zstandard.ZstdCompressor().compress(data)
+
+
+COMPRESSIONS = [("in.gz", gzip.compress), ("in.bz2", bz2.compress), ("in.xz", lzma.compress),
+                ("in.deflate", zlib.compress), ("in.zst", zstd_compress)]
+
+
 @pytest.mark.parametrize("name, compress", [
-    ("in.txt", gzip.compress), ("in.gz", lambda data: data), ("in.bz2", bz2.compress)])
+    ("in.txt", gzip.compress), ("in.gz", lambda data: data), *COMPRESSIONS[1:]])
 def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress):
     # As `translate` reads them (`text.open_lines`): a gzip file without `.gz`, and a
     # plain one named `.gz`, read as what they hold; other compressions by their names.
@@ -252,8 +263,7 @@ def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress)
     assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
 
 
-@pytest.mark.parametrize("name, compress", [
-    ("in.gz", gzip.compress), ("in.bz2", bz2.compress), ("in.xz", lzma.compress)])
+@pytest.mark.parametrize("name, compress", COMPRESSIONS)
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
 def test_a_truncated_or_damaged_compressed_input_is_an_error_naming_it(tmp_path, name,
                                                                       compress, damage):
