@@ -146,7 +146,7 @@ def number_lines(path, progress=None):
 
 def _number_lines(path, progress):
     offsets, offset, count, not_utf8 = [], 0, 0, 0
-    with open_input(path) as file:
+    with _open_input(path) as (file, raw):
         for line in iter(file.readline, b""):
             if count % STRIDE == 0:
                 offsets.append(offset)
@@ -163,10 +163,10 @@ def _number_lines(path, progress):
             offset += len(line)
             count += 1
             if progress and count % 65536 == 0:
-                progress(offset)
-    if progress:
-        progress(offset)
+                progress(raw.tell())  # of the file's own bytes, as its size counts them
     size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    if progress:
+        progress(size)
     return InputFile(path, size, count, tuple(offsets), not_utf8)
 
 
@@ -249,13 +249,21 @@ def open_input(path):
     alike in both commands; other compressions (.bz2, .xz, .zst, .deflate) by their
     names, as Beam knows them. A truncated or damaged stream raises (`EOFError`,
     `OSError`, `zlib.error`, `lzma.LZMAError`, zstandard's `ZstdError`)."""
+    with _open_input(path) as (file, _):
+        yield file
+
+
+@contextlib.contextmanager
+def _open_input(path):
+    """`open_input`, giving `(decompressed file, the file's own bytes)`: the second's
+    `tell()` counts the bytes read as the file's size does."""
     compression = _compression_of(*_identity(path))
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
         if compression == CompressionTypes.UNCOMPRESSED:
-            yield raw
+            yield raw, raw
         else:
             with _WHOLE_STREAM_READERS[compression](raw) as file:
-                yield file
+                yield file, raw
 
 
 def _identity(path):

@@ -263,6 +263,17 @@ def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress)
     assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
 
 
+@pytest.mark.parametrize("name, compress", [("in.txt", lambda data: data), *COMPRESSIONS])
+def test_numbering_counts_progress_in_the_files_own_bytes(tmp_path, name, compress):
+    # As the bar's total counts them: the input sizes, compressed where they are.
+    path = tmp_path / name
+    path.write_bytes(compress(b"".join(b"sentence %d\n" % i for i in range(140_000))))
+    told = []
+    numbered = translate_corpus.number_lines(str(path), told.append)
+    assert numbered.lines == 140_000
+    assert len(told) == 3 and told == sorted(told) and told[-1] == path.stat().st_size
+
+
 @pytest.mark.parametrize("name, compress", COMPRESSIONS)
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
 def test_a_truncated_or_damaged_compressed_input_is_an_error_naming_it(tmp_path, name,
