@@ -253,7 +253,8 @@ COMPRESSIONS = [("in.gz", gzip.compress), ("in.bz2", bz2.compress), ("in.xz", lz
 def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress):
     # As `translate` reads them (`text.open_lines`): a gzip file without `.gz`, and a
     # plain one named `.gz`, read as what they hold; other compressions by their names.
-    lines = write_inputs(tmp_path, [300])
+    # Past 2 × STRIDE lines: chunks seek into the decompressed file.
+    lines = write_inputs(tmp_path, [2 * translate_corpus.STRIDE + 500])
     data = (tmp_path / "part-0.txt").read_bytes()
     (tmp_path / "part-0.txt").unlink()
     named = tmp_path / name
