@@ -301,6 +301,30 @@ def test_a_second_run_writing_the_same_output_is_refused(tmp_path, monkeypatch, 
     assert target.read_bytes() == b"<a>\n<b>\n" and not partial.exists()
 
 
+def test_a_run_that_locks_a_partial_file_renamed_meanwhile_opens_a_new_one(tmp_path,
+                                                                          monkeypatch):
+    # The run before it renamed FILE.partial to FILE between this run's open and lock:
+    # what it locked is FILE now, which it must leave whole.
+    import fcntl
+
+    from keras_transformer.cli import translating
+    partial, final = tmp_path / "out.txt.partial", tmp_path / "out.txt"
+    partial.write_bytes(b"the first run's complete output\n")
+    real_flock, renamed = fcntl.flock, []
+
+    def flock(descriptor, operation):
+        if not renamed:
+            os.replace(partial, final)
+            renamed.append(True)
+        real_flock(descriptor, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with translating._open_partial(str(partial), str(final)) as stream:
+        stream.write(b"the second run's\n")
+    assert final.read_bytes() == b"the first run's complete output\n"
+    assert partial.read_bytes() == b"the second run's\n"
+
+
 def test_translate_command_writes_through_links_and_into_devices(tmp_path, monkeypatch):
     # A link's file gets the translations (the link stays), and a device is written,
     # never replaced by a file: here /dev/null through a link, as `-o /dev/null` does.

@@ -2,7 +2,6 @@
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -286,21 +285,47 @@ def _stream(runner, lines, args, *, progress, opened, **file_options):
 
 def _open_partial(partial, output):
     """Opens `partial` to write, emptied, under an exclusive `flock` that lasts until it
-    is closed: two runs writing one `--output` at once would write into one file.
+    is closed: two runs writing one `--output` at once would write into one file. Where
+    the file system has no locks, it is opened without one.
 
     Raises:
         ValueError: another process holds it, naming both.
     """
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    import fcntl  # POSIX only, as `runs.lock_run_dir`
+
+    while True:
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ValueError(f"--output {output} is being written by another run (it "
+                                 f"holds {partial}): wait for it to end, or name another "
+                                 "--output.") from None
+            except OSError as error:
+                if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                logger.warning("%s: the file system takes no locks (%s); written without "
+                               "one.", partial, error.strerror)
+            # Locked after the run before it renamed the file to `output`: not ours to
+            # empty. Open the new one.
+            if _same_file(descriptor, partial):
+                os.ftruncate(descriptor, 0)
+                return os.fdopen(descriptor, "wb")
+        except BaseException:
+            os.close(descriptor)
+            raise
         os.close(descriptor)
-        raise ValueError(f"--output {output} is being written by another run (it holds "
-                         f"{partial}): wait for it to end, or name another "
-                         "--output.") from None
-    os.ftruncate(descriptor, 0)
-    return os.fdopen(descriptor, "wb")
+
+
+def _same_file(descriptor, path):
+    """Whether the open file `descriptor` is the one `path` names now."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(descriptor)
+    return (opened.st_dev, opened.st_ino) == (found.st_dev, found.st_ino)
 
 
 def _partial_path(output):
