@@ -134,10 +134,12 @@ def number_lines(path, progress=None):
     Raises:
         CorpusError: a compressed input is truncated or damaged (naming it).
     """
+    compression = _compression_of(*_identity(path))
     try:
         return _number_lines(path, progress)
+    except _SourceError as error:  # reading the file's bytes failed: not its data
+        raise error.__cause__ from None
     except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as error:
-        compression = _compression_of(*_identity(path))
         if compression == CompressionTypes.UNCOMPRESSED:
             raise
         raise CorpusError(f"{path}: its {compression} data cannot be read ({error}): the "
@@ -192,7 +194,9 @@ class _WholeStreams(io.RawIOBase):
         return self._position
 
     def seek(self, offset, whence=io.SEEK_SET):
-        target = {io.SEEK_SET: 0, io.SEEK_CUR: self._position}[whence] + offset
+        if whence not in (io.SEEK_SET, io.SEEK_CUR):
+            raise io.UnsupportedOperation("a compressed input seeks from its start or here")
+        target = offset + (self._position if whence == io.SEEK_CUR else 0)
         if target < self._position:
             raise io.UnsupportedOperation("a compressed input seeks forward only")
         scratch = bytearray(1 << 16)
@@ -241,29 +245,69 @@ _WHOLE_STREAM_READERS = {
         _WholeStreams(raw, _zstd_decompressor))}
 
 
+class _SourceError(Exception):
+    """An `OSError` of reading a file's own bytes (its `__cause__`), carried past the
+    decompressing readers, whose own `OSError`s say the data is damaged."""
+
+
+class _SourceBytes:
+    """The file object `raw`, its `OSError`s raised as `_SourceError`s."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def read(self, size=-1):
+        return self._call(self._raw.read, size)
+
+    def seek(self, *arguments):
+        return self._call(self._raw.seek, *arguments)
+
+    def tell(self):
+        return self._call(self._raw.tell)
+
+    def seekable(self):
+        return self._call(self._raw.seekable)
+
+    @staticmethod
+    def _call(method, *arguments):
+        try:
+            return method(*arguments)
+        except OSError as error:
+            raise _SourceError() from error
+
+
 @contextlib.contextmanager
 def open_input(path):
     """Opens the input file `path` (any file system Beam knows), decompressed, as a
     context manager: gzip is known by its first two bytes, as `translate` knows it
     (`text.open_lines`), not by its name as Beam's default would, so that one file reads
     alike in both commands; other compressions (.bz2, .xz, .zst, .deflate) by their
-    names, as Beam knows them. A truncated or damaged stream raises (`EOFError`,
-    `OSError`, `zlib.error`, `lzma.LZMAError`, zstandard's `ZstdError`)."""
-    with _open_input(path) as (file, _):
-        yield file
+    names, as Beam knows them. A truncated stream raises, as does a damaged one where
+    its format tells (`EOFError`, `OSError`, `zlib.error`, `lzma.LZMAError`,
+    zstandard's `ZstdError`; zstd keeps no checksum unless written with one)."""
+    try:
+        with _open_input(path) as (file, _):
+            yield file
+    except _SourceError as error:
+        raise error.__cause__ from None
 
 
 @contextlib.contextmanager
 def _open_input(path):
     """`open_input`, giving `(decompressed file, the file's own bytes)`: the second's
-    `tell()` counts the bytes read as the file's size does."""
+    `tell()` counts the bytes read as the file's size does. A compressed file's own
+    `OSError`s, opening or reading it, are raised as `_SourceError`s."""
     compression = _compression_of(*_identity(path))
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
-        if compression == CompressionTypes.UNCOMPRESSED:
+    if compression == CompressionTypes.UNCOMPRESSED:
+        with FileSystems.open(path, compression_type=compression) as raw:
             yield raw, raw
-        else:
-            with _WHOLE_STREAM_READERS[compression](raw) as file:
-                yield file, raw
+        return
+    try:
+        opened = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except OSError as error:
+        raise _SourceError() from error
+    with opened as raw, _WHOLE_STREAM_READERS[compression](_SourceBytes(raw)) as file:
+        yield file, raw
 
 
 def _identity(path):

@@ -298,6 +298,40 @@ def test_a_truncated_or_damaged_compressed_input_is_an_error_naming_it(tmp_path,
     assert not (tmp_path / "out.txt").exists()
 
 
+def test_a_compressed_input_that_cannot_be_read_is_not_called_damaged(tmp_path,
+                                                                      monkeypatch):
+    # An error of the file system (here EIO on every read after the first bytes) is
+    # raised as it is: "download it again" would send its reader the wrong way.
+    named = tmp_path / "in.gz"
+    named.write_bytes(gzip.compress(b"a line\n" * 10_000))
+    real_open, opened = translate_corpus.FileSystems.open, []
+
+    class Failing:
+        def __init__(self, file):
+            self.file = file
+
+        def read(self, size=-1):
+            raise OSError(5, "Input/output error")
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.file.close()
+
+    def failing_open(path, *arguments, **options):
+        opened.append(path)
+        file = real_open(path, *arguments, **options)
+        return file if len(opened) == 1 else Failing(file)  # the first: its magic bytes
+
+    monkeypatch.setattr(translate_corpus.FileSystems, "open", failing_open)
+    with pytest.raises(OSError, match="Input/output error"):
+        translate_corpus.number_lines(str(named))
+
+
 def test_translate_lines_keys_every_output():
     keyed = [(f"doc-{i}", f"sentence {i}".encode()) for i in range(300)]
 
