@@ -104,10 +104,9 @@ def _run_recipe(config, run_dir, choices, check, batch_size):
         logger.info("Kept export %s in %s: it holds this choice%s.", kept["export_id"],
                     export_dir, " and passed its self-check" if check else "")
     else:
-        export.export_run(run_dir, quantize=check)
-        if check:
-            checks = self_check.check_run(run_dir, export_dir=export_dir)
-        else:
+        _, report = export.export_run(run_dir, quantize=check, check=check)
+        checks = report.get("check")
+        if not check:
             logger.info("Exported to %s (no self-check: --no-check)", export_dir)
     result = {"config": json.loads(config.to_json()), "training": record,
               "selection": selection, "export_dir": export_dir}

@@ -223,6 +223,40 @@ def test_self_check_makes_the_translator_the_export_recorded(tmp_path):
             model, tokenizer, beam_size=beam_size, length_penalty=alpha).settings()
 
 
+def test_the_self_check_uses_the_translator_it_is_given_else_the_exported_one(
+        exported, tmp_path, monkeypatch):
+    # `export_run(check=True)` hands over the translator it exported, whose functions
+    # are traced already; without one, the check makes the translator the report names.
+    import shutil
+
+    import numpy as np
+
+    export_dir = str(shutil.copytree(exported.directory, tmp_path / "export"))
+    run_dir = os.path.join(os.path.dirname(exported.directory), "run")
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(validation_sentences()[:2]) + "\n", encoding="utf-8")
+    compared = []
+    monkeypatch.setattr(self_check, "load_saved_model", lambda directory: None)
+    monkeypatch.setattr(self_check, "artifact_checks", lambda *args, **kwargs: ([], None))
+    monkeypatch.setattr(self_check, "model_checks",
+                        lambda translator, *args, **kwargs: compared.append(translator) or [])
+    monkeypatch.setattr(self_check, "rich_decoding_checks",
+                        lambda directory, sources, translator, **kwargs:
+                        compared.append(translator) or [])
+    self_check.check_run(run_dir, export_dir=export_dir, sentences_file=str(sentences),
+                         translator=exported.translator)
+    assert compared == [exported.translator] * 2
+    compared.clear()
+    self_check.check_run(run_dir, export_dir=export_dir, sentences_file=str(sentences))
+    made = compared[0]
+    assert compared == [made, made] and made is not exported.translator
+    assert made.settings() == {name: value for name, value in
+                               exported.report["translator"].items()
+                               if name != "vocabulary_size"}
+    for mine, theirs in zip(made.model.weights, exported.translator.model.weights):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
 def test_compare_reports_the_first_difference():
     check = self_check.compare("x", [(5, 3), (6, 3)], [(5, 3), (7, 3)])
     assert not check.passed and "1/2" in check.detail and "sentence 1" in check.detail

@@ -82,18 +82,18 @@ def _export(args):
                                  "which every reader of an artifact opens first.")
     console.load_tensorflow(args.verbose)
     from keras_transformer.serving import export
-    output_dir, _ = export.export_run(
+    output_dir, report = export.export_run(
         args.run_dir, weights=args.weights, output_dir=args.output,
         quantize=not args.no_quantize, ensemble=args.ensemble,
         ctranslate2=args.ctranslate2, max_output_length=args.max_output_length,
         beam_size=args.beam_size, length_penalty=args.length_penalty,
         n_best=args.n_best, sampling_top_k=args.sampling_topk,
         sampling_temperature=args.temperature, alignment_layer=args.alignment_layer,
-        signatures=args.signatures)
+        signatures=args.signatures, check=args.check)
     print(f"Exported to {output_dir} (report: "
           f"{os.path.join(output_dir, files.REPORT_MARKDOWN)})")
     if args.check:
-        _print_checks(args.run_dir, export_dir=output_dir)
+        _print_checks(report["check"], output_dir)
 
 
 def _add_check(parser):
@@ -111,15 +111,15 @@ def _add_check(parser):
 
 def _check(args):
     console.load_tensorflow(args.verbose)
-    _print_checks(args.run_dir, export_dir=args.export_dir, sentences_file=args.input,
-                  count=args.count)
-
-
-def _print_checks(run_dir, **options):
     from keras_transformer.serving import self_check
-    checks = self_check.check_run(run_dir, **options)
+    checks = self_check.check_run(args.run_dir, export_dir=args.export_dir,
+                                  sentences_file=args.input, count=args.count)
+    _print_checks(checks, args.export_dir or os.path.join(args.run_dir, files.EXPORT_DIR))
+
+
+def _print_checks(checks, export_dir):
+    from keras_transformer.serving import self_check
     print(self_check.format_table(checks))
-    export_dir = options.get("export_dir") or os.path.join(run_dir, files.EXPORT_DIR)
     print(f"\n{self_check.summary(checks, export_dir)}")
     self_check.raise_on_failure(checks)
 

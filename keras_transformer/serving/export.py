@@ -30,7 +30,7 @@ from keras_transformer.files import (
     TFLITE,
     TFLITE_QUANTIZED,
 )
-from keras_transformer.serving import export_folder, op_checks
+from keras_transformer.serving import export_folder, op_checks, self_check
 from keras_transformer.serving import translator as translator_lib
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def _export_tflite(translator, content, path, quantize, export_id):
 
 def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
                output_dir=None, tflite=True, quantize=True, ensemble=(), ctranslate2=False,
-               **translator_options):
+               check=False, **translator_options):
     """Exports the run in `run_dir` and writes the report beside the artifacts.
 
     What is not given comes from the run's choice on validation (`runs.Choice`, which
@@ -192,10 +192,14 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
             tokenizer, whose probabilities the artifact averages with this run's
             (`decoding.ensemble.Ensemble`); their weights are chosen by `weights` too.
         ctranslate2: bool. Also write the CTranslate2 directories (not for an ensemble).
+        check: bool. Then run the self-check (`self_check.check_run`, which writes
+            `check_report.json`) with the translator just exported: its functions are
+            traced already, which saves most of a separate check's time.
         **translator_options: passed to `translator.Translator`.
 
     Returns:
-        `(output_dir, report)`.
+        `(output_dir, report)`; with `check`, `report["check"]` holds the self-check's
+        `Check`s (it raises nothing when one fails: `self_check.raise_on_failure`).
     """
     if ensemble and ctranslate2:
         raise ValueError("An ensemble has no CTranslate2 form (CTranslate2 decodes one "
@@ -244,6 +248,9 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
             for member, path in zip(ensemble, weight_paths[1:])]
     report = export_translator(translator, output_dir, tflite=tflite, quantize=quantize,
                                ctranslate2=ctranslate2, run=run)
+    if check:
+        report["check"] = self_check.check_run(run_dir, export_dir=output_dir,
+                                               translator=translator)
     return output_dir, report
 
 

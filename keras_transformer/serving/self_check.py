@@ -417,24 +417,38 @@ def check_sentences(config, sentences_file=None, count=100):
     return list(lines[:count])
 
 
-def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None):
-    """Runs every check on the export of `run_dir`; returns the list of `Check`s."""
-    runs.load_config(run_dir)  # names a mistyped or broken run before its export
+def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None,
+              translator=None):
+    """Runs every check on the export of `run_dir`; returns the list of `Check`s.
+
+    `translator`: the `Translator` the export was just written from (`export_run`'s
+    `check`), whose traced functions the in-memory checks reuse. Without it, the run's
+    model is loaded again with the weights and options the export report names, and
+    tracing its functions anew is most of a check's time.
+    """
+    config = runs.load_config(run_dir)  # names a mistyped or broken run before its export
     export_dir = export_dir or os.path.join(run_dir, files.EXPORT_DIR)
-    recorded = read_report(export_dir).get("run", {})
+    recorded = read_report(export_dir).get("run", {})  # names a folder without an export
     export_folder.check_consistent(export_dir)
-    config, tokenizer, model = runs.load_run(run_dir, recorded.get("weights"))
-    if recorded.get("ensemble"):
-        # The members as exported, each with the weights file the report names.
-        members = [runs.load_run(member["run_dir"], member["weights"])[2]
-                   for member in recorded["ensemble"]]
-        model = Ensemble([model, *members])
+    if translator is None:
+        translator = _load_exported_translator(run_dir, recorded, export_dir)
     sentences = check_sentences(config, sentences_file, count)
     saved = load_saved_model(export_dir)
     checks, reference = artifact_checks(export_dir, sentences, saved=saved)
-    translator = Translator(model, tokenizer, **translator_options(export_dir))
     checks += model_checks(translator, sentences, reference, export_dir=export_dir,
                            saved=saved)
     checks += rich_decoding_checks(export_dir, sentences[:16], translator, saved=saved)
     write_check_report(export_dir, checks)
     return checks
+
+
+def _load_exported_translator(run_dir, recorded, export_dir):
+    """The in-memory `Translator` of what was exported: `recorded` is the export
+    report's `run`; the options are the report's too."""
+    _, tokenizer, model = runs.load_run(run_dir, recorded.get("weights"))
+    if recorded.get("ensemble"):
+        # The members as exported, each with the weights file the report names.
+        members = [runs.load_run(member["run_dir"], member["weights"])[2]
+                   for member in recorded["ensemble"]]
+        model = Ensemble([model, *members])
+    return Translator(model, tokenizer, **translator_options(export_dir))
