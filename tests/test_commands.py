@@ -208,7 +208,7 @@ def test_the_main_jobs_console_shows_each_message_once_in_the_commands_format(ma
     export = run_dir / files.EXPORT_DIR
     assert any(line.startswith("Exporting ") and "with beam 4, α " in line
                for line in lines), lines
-    assert (f"Exported SavedModel, .tflite, int8 .tflite: self-check 34/34 passed "
+    assert (f"Exported SavedModel, .tflite, int8 .tflite: self-check 35/35 passed "
             f"({export / files.CHECK_REPORT})") in lines
     progress = [re.match(r"Choosing on validation (\d+)/(\d+): BLEU .* \(.* left\)$", line)
                 for line in lines if line.startswith("Choosing on validation ")]
@@ -229,7 +229,7 @@ def test_a_failing_self_check_names_itself_and_its_report(main_job, capsys, monk
     output = capsys.readouterr()
     assert status == 1
     report = run_dir / files.EXPORT_DIR / files.CHECK_REPORT
-    assert (f"Exported SavedModel, .tflite, int8 .tflite: self-check failed 1 of 35: "
+    assert (f"Exported SavedModel, .tflite, int8 .tflite: self-check failed 1 of 36: "
             f"planted: SavedModel = nothing ({report})") in output.out.splitlines()
     errors = [line for line in output.err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "planted: SavedModel = nothing" in errors[0]

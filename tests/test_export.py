@@ -257,6 +257,55 @@ def test_the_self_check_uses_the_translator_it_is_given_else_the_exported_one(
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
+def test_the_report_check_fails_on_other_weights_options_or_a_changed_file(tmp_path):
+    # What the self-check with the exporting translator compares in place of loading
+    # the run again: the report must name the weights and options that were exported.
+    from keras_transformer import runs
+    from keras_transformer.model import Transformer
+    from keras_transformer.serving.translator import Translator
+    from tests.export_helpers import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+
+    def translator(seed, **options):
+        import keras
+        keras.utils.set_random_seed(seed)
+        model = Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                        num_layers=1)
+        return Translator(model, tokenizer, **options)
+
+    exported = translator(0)
+    weights = tmp_path / files.FINAL_WEIGHTS
+    exported.model.save_weights(str(weights))
+    recorded = {"weights": str(weights), "weights_sha256": runs.weights_sha256(str(weights))}
+    named = translator(0)
+    assert self_check.report_check(recorded, named, exported).passed
+    assert self_check.report_check({}, exported, exported).passed
+    other = self_check.report_check(recorded, translator(1), exported)
+    assert not other.passed and other.detail == "weights differ"
+    options = self_check.report_check(recorded, translator(0, length_penalty=0.9), exported)
+    assert not options.passed and options.detail == "options differ: length_penalty"
+    translator(1).model.save_weights(str(weights))  # e.g. averaged again since the export
+    changed = self_check.report_check(recorded, named, exported)
+    assert not changed.passed and changed.detail == f"{weights} changed since the export"
+
+
+def test_export_run_checks_with_the_translator_it_exported(exported, tmp_path, monkeypatch):
+    from keras_transformer.serving import export
+
+    run_dir = run_dir_of(exported.translator, tmp_path / "run")
+    written, checked = [], []
+    monkeypatch.setattr(export, "export_translator",
+                        lambda translator, *args, **kwargs: written.append(translator) or {})
+    monkeypatch.setattr(self_check, "check_run",
+                        lambda *args, **kwargs: checked.append(kwargs) or ["checks"])
+    _, report = export.export_run(run_dir, output_dir=str(tmp_path / "out"))
+    assert checked == [] and "check" not in report
+    _, report = export.export_run(run_dir, output_dir=str(tmp_path / "out"), check=True)
+    assert report["check"] == ["checks"]
+    assert checked == [{"export_dir": str(tmp_path / "out"), "translator": written[-1]}]
+
+
 def test_compare_reports_the_first_difference():
     check = self_check.compare("x", [(5, 3), (6, 3)], [(5, 3), (7, 3)])
     assert not check.passed and "1/2" in check.detail and "sentence 1" in check.detail

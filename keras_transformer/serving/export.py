@@ -249,6 +249,9 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
     report = export_translator(translator, output_dir, tflite=tflite, quantize=quantize,
                                ctranslate2=ctranslate2, run=run)
     if check:
+        # Said first: a check that raises (its sentences unreadable, say) leaves the
+        # export in place.
+        logger.info("Exported to %s; self-checking it", output_dir)
         report["check"] = self_check.check_run(run_dir, export_dir=output_dir,
                                                translator=translator)
     return output_dir, report

@@ -421,25 +421,55 @@ def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None,
               translator=None):
     """Runs every check on the export of `run_dir`; returns the list of `Check`s.
 
-    `translator`: the `Translator` the export was just written from (`export_run`'s
-    `check`), whose traced functions the in-memory checks reuse. Without it, the run's
-    model is loaded again with the weights and options the export report names, and
-    tracing its functions anew is most of a check's time.
+    The in-memory model is the one the export report names: its weights files (the
+    run's, and each ensemble member's) with its options. `translator`: the `Translator`
+    the export was just written from (`export_run`'s `check`), whose traced functions
+    the in-memory checks reuse; a check row then compares it with the one the report
+    names (tracing the latter's functions anew would be most of a check's time).
     """
     config = runs.load_config(run_dir)  # names a mistyped or broken run before its export
     export_dir = export_dir or os.path.join(run_dir, files.EXPORT_DIR)
     recorded = read_report(export_dir).get("run", {})  # names a folder without an export
     export_folder.check_consistent(export_dir)
-    if translator is None:
-        translator = _load_exported_translator(run_dir, recorded, export_dir)
+    named = _load_exported_translator(run_dir, recorded, export_dir)  # traces nothing yet
+    translator = translator or named
     sentences = check_sentences(config, sentences_file, count)
     saved = load_saved_model(export_dir)
     checks, reference = artifact_checks(export_dir, sentences, saved=saved)
+    checks.append(report_check(recorded, named, translator))
     checks += model_checks(translator, sentences, reference, export_dir=export_dir,
                            saved=saved)
     checks += rich_decoding_checks(export_dir, sentences[:16], translator, saved=saved)
     write_check_report(export_dir, checks)
     return checks
+
+
+def report_check(recorded, named, translator):
+    """A `Check` that the export report names `translator`: `named` (the `Translator`
+    made from the report, whose `run` is `recorded`) has its options and weights, and
+    the run's weights file is still the one exported (its recorded SHA-256)."""
+    problems = []
+    expected = recorded.get("weights_sha256")
+    if expected and runs.weights_sha256(recorded["weights"]) != expected:
+        problems.append(f"{recorded['weights']} changed since the export")
+    if named.settings() != translator.settings():
+        differ = sorted(name for name, value in named.settings().items()
+                        if translator.settings().get(name) != value)
+        problems.append(f"options differ: {', '.join(differ)}")
+    models = _models(named.model), _models(translator.model)
+    pairs = list(zip(*models))
+    if len(models[0]) != len(models[1]) or any(
+            len(mine.weights) != len(theirs.weights) for mine, theirs in pairs):
+        problems.append("the models differ in shape")
+    elif any(not np.array_equal(a.numpy(), b.numpy())
+             for mine, theirs in pairs for a, b in zip(mine.weights, theirs.weights)):
+        problems.append("weights differ")
+    return Check("export report names these weights and options", not problems,
+                 "; ".join(problems) or "weights files and options as exported")
+
+
+def _models(model):
+    return list(model.models) if isinstance(model, Ensemble) else [model]
 
 
 def _load_exported_translator(run_dir, recorded, export_dir):

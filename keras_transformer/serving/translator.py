@@ -90,8 +90,8 @@ CACHE_CHUNK = 8
 
 
 # The options of `Translator` that decide what its signatures output: an export records
-# them (`Translator.settings`), and its self-check makes the in-memory translator with
-# the same ones.
+# them (`Translator.settings`), and its self-check compares the in-memory translator
+# with them.
 OPTIONS = ("max_output_length", "extra_length", "beam_size", "length_penalty", "n_best",
            "sampling_top_k", "sampling_temperature", "alignment_layer")
 
