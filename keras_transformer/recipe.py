@@ -104,9 +104,10 @@ def _run_recipe(config, run_dir, choices, check, batch_size):
         logger.info("Kept export %s in %s: it holds this choice%s.", kept["export_id"],
                     export_dir, " and passed its self-check" if check else "")
     else:
-        _, report = export.export_run(run_dir, quantize=check, check=check)
-        checks = report.get("check")
-        if not check:
+        if check:
+            _, _, checks = self_check.export_and_check(run_dir)
+        else:
+            export.export_run(run_dir, quantize=False)
             logger.info("Exported to %s (no self-check: --no-check)", export_dir)
     result = {"config": json.loads(config.to_json()), "training": record,
               "selection": selection, "export_dir": export_dir}

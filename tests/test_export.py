@@ -225,7 +225,7 @@ def test_self_check_makes_the_translator_the_export_recorded(tmp_path):
 
 def test_the_self_check_uses_the_translator_it_is_given_else_the_exported_one(
         exported, tmp_path, monkeypatch):
-    # `export_run(check=True)` hands over the translator it exported, whose functions
+    # `export_and_check` hands over the translator it exported, whose functions
     # are traced already; without one, the check makes the translator the report names.
     import shutil
 
@@ -290,7 +290,8 @@ def test_the_report_check_fails_on_other_weights_options_or_a_changed_file(tmp_p
     assert not changed.passed and changed.detail == f"{weights} changed since the export"
 
 
-def test_export_run_checks_with_the_translator_it_exported(exported, tmp_path, monkeypatch):
+def test_export_and_check_checks_with_the_translator_it_exported(exported, tmp_path,
+                                                                 monkeypatch):
     from keras_transformer.serving import export
 
     run_dir = run_dir_of(exported.translator, tmp_path / "run")
@@ -299,11 +300,11 @@ def test_export_run_checks_with_the_translator_it_exported(exported, tmp_path, m
                         lambda translator, *args, **kwargs: written.append(translator) or {})
     monkeypatch.setattr(self_check, "check_run",
                         lambda *args, **kwargs: checked.append(kwargs) or ["checks"])
-    _, report = export.export_run(run_dir, output_dir=str(tmp_path / "out"))
-    assert checked == [] and "check" not in report
-    _, report = export.export_run(run_dir, output_dir=str(tmp_path / "out"), check=True)
-    assert report["check"] == ["checks"]
-    assert checked == [{"export_dir": str(tmp_path / "out"), "translator": written[-1]}]
+    output_dir, report, checks = self_check.export_and_check(
+        run_dir, output_dir=str(tmp_path / "out"), beam_size=2)
+    assert (output_dir, report, checks) == (str(tmp_path / "out"), {}, ["checks"])
+    assert written[0].beam_size == 2  # the export's options reach the export
+    assert checked == [{"export_dir": output_dir, "translator": written[0]}]
 
 
 def test_compare_reports_the_first_difference():

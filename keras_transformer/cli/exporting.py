@@ -81,19 +81,23 @@ def _export(args):
         raise options.UsageError(f"--signatures must include {files.GREEDY_SIGNATURE}, "
                                  "which every reader of an artifact opens first.")
     console.load_tensorflow(args.verbose)
-    from keras_transformer.serving import export
-    output_dir, report = export.export_run(
-        args.run_dir, weights=args.weights, output_dir=args.output,
+    from keras_transformer.serving import export, self_check
+    export_options = dict(
+        weights=args.weights, output_dir=args.output,
         quantize=not args.no_quantize, ensemble=args.ensemble,
         ctranslate2=args.ctranslate2, max_output_length=args.max_output_length,
         beam_size=args.beam_size, length_penalty=args.length_penalty,
         n_best=args.n_best, sampling_top_k=args.sampling_topk,
         sampling_temperature=args.temperature, alignment_layer=args.alignment_layer,
-        signatures=args.signatures, check=args.check)
+        signatures=args.signatures)
+    if args.check:
+        output_dir, _, checks = self_check.export_and_check(args.run_dir, **export_options)
+    else:
+        output_dir, _ = export.export_run(args.run_dir, **export_options)
     print(f"Exported to {output_dir} (report: "
           f"{os.path.join(output_dir, files.REPORT_MARKDOWN)})")
     if args.check:
-        _print_checks(report["check"], output_dir)
+        _print_checks(checks, output_dir)
 
 
 def _add_check(parser):

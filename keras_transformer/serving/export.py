@@ -30,7 +30,7 @@ from keras_transformer.files import (
     TFLITE,
     TFLITE_QUANTIZED,
 )
-from keras_transformer.serving import export_folder, op_checks, self_check
+from keras_transformer.serving import export_folder, op_checks
 from keras_transformer.serving import translator as translator_lib
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def _export_tflite(translator, content, path, quantize, export_id):
 
 def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
                output_dir=None, tflite=True, quantize=True, ensemble=(), ctranslate2=False,
-               check=False, **translator_options):
+               on_exported=None, **translator_options):
     """Exports the run in `run_dir` and writes the report beside the artifacts.
 
     What is not given comes from the run's choice on validation (`runs.Choice`, which
@@ -192,14 +192,13 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
             tokenizer, whose probabilities the artifact averages with this run's
             (`decoding.ensemble.Ensemble`); their weights are chosen by `weights` too.
         ctranslate2: bool. Also write the CTranslate2 directories (not for an ensemble).
-        check: bool. Then run the self-check (`self_check.check_run`, which writes
-            `check_report.json`) with the translator just exported: its functions are
-            traced already, which saves most of a separate check's time.
+        on_exported: called as `on_exported(translator)` once the export is in place,
+            with the `translator.Translator` it was written from, whose functions are
+            traced already (`self_check.export_and_check` checks with it).
         **translator_options: passed to `translator.Translator`.
 
     Returns:
-        `(output_dir, report)`; with `check`, `report["check"]` holds the self-check's
-        `Check`s (it raises nothing when one fails: `self_check.raise_on_failure`).
+        `(output_dir, report)`.
     """
     if ensemble and ctranslate2:
         raise ValueError("An ensemble has no CTranslate2 form (CTranslate2 decodes one "
@@ -248,12 +247,8 @@ def export_run(run_dir, *, weights=None, beam_size=None, length_penalty=None,
             for member, path in zip(ensemble, weight_paths[1:])]
     report = export_translator(translator, output_dir, tflite=tflite, quantize=quantize,
                                ctranslate2=ctranslate2, run=run)
-    if check:
-        # Said first: a check that raises (its sentences unreadable, say) leaves the
-        # export in place.
-        logger.info("Exported to %s; self-checking it", output_dir)
-        report["check"] = self_check.check_run(run_dir, export_dir=output_dir,
-                                               translator=translator)
+    if on_exported is not None:
+        on_exported(translator)
     return output_dir, report
 
 

@@ -15,6 +15,7 @@ prints a pass/fail table and exits with status 1 when a check fails.
 """
 
 import json
+import logging
 import os
 import typing
 
@@ -27,9 +28,11 @@ from keras_transformer.data import corpus
 from keras_transformer.data.text import read_lines
 from keras_transformer.data.tokenizer import END_ID, PAD_ID
 from keras_transformer.decoding.ensemble import Ensemble
-from keras_transformer.serving import artifacts, export_folder, runners
+from keras_transformer.serving import artifacts, export, export_folder, runners
 from keras_transformer.serving import translator as translator_lib
 from keras_transformer.serving.translator import Translator
+
+logger = logging.getLogger(__name__)
 
 # How far scores of two runtimes may lie apart (`same_scores`): float32 sums of up to
 # a hundred log-probabilities, each rounded apart in other kernels.
@@ -423,7 +426,7 @@ def check_run(run_dir, *, sentences_file=None, count=100, export_dir=None,
 
     The in-memory model is the one the export report names: its weights files (the
     run's, and each ensemble member's) with its options. `translator`: the `Translator`
-    the export was just written from (`export_run`'s `check`), whose traced functions
+    the export was just written from (`export_and_check`), whose traced functions
     the in-memory checks reuse; a check row then compares it with the one the report
     names (tracing the latter's functions anew would be most of a check's time).
     """
@@ -470,6 +473,25 @@ def report_check(recorded, named, translator):
 
 def _models(model):
     return list(model.models) if isinstance(model, Ensemble) else [model]
+
+
+def export_and_check(run_dir, **export_options):
+    """Exports the run (`export.export_run`, which `export_options` go to) and runs every
+    check on the export with the translator it was written from: its functions are
+    traced already, where `check_run` alone traces them anew (most of its time).
+
+    Returns:
+        `(output_dir, report, checks)`: as `export_run`'s, and the `Check`s (nothing
+        is raised when one fails: `raise_on_failure`).
+    """
+    exported = []
+    output_dir, report = export.export_run(run_dir, on_exported=exported.append,
+                                           **export_options)
+    # Said first: a check that raises (its sentences unreadable, say) leaves the export
+    # in place.
+    logger.info("Exported to %s; self-checking it", output_dir)
+    checks = check_run(run_dir, export_dir=output_dir, translator=exported[0])
+    return output_dir, report, checks
 
 
 def _load_exported_translator(run_dir, recorded, export_dir):
