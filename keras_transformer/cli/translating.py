@@ -324,8 +324,7 @@ def _same_file(descriptor, path):
         found = os.stat(path)
     except FileNotFoundError:
         return False
-    opened = os.fstat(descriptor)
-    return (opened.st_dev, opened.st_ino) == (found.st_dev, found.st_ino)
+    return os.path.samestat(os.fstat(descriptor), found)
 
 
 def _partial_path(output):
