@@ -14,6 +14,9 @@ Order and completeness by construction (Beam itself keeps no order):
   each file's lines and noting every `STRIDE`-th line's byte offset; the first line that
   is not UTF-8 gets `translate`'s warning, and a truncated or damaged compressed file
   stops the run there, named, before anything is written.
+- A compressed input is decompressed once, into `OUTPUT.parts/input-N`, which its
+  chunks seek into: chunks that each decompressed the file from its start would do work
+  that grows with the square of its size.
 - The numbered lines are cut into `translate`'s windows (batch size × `WINDOW_BATCHES`
   lines of the joined files), one chunk each; the handler batches a chunk by length
   exactly as `translate` batches that window, so the output is `translate`'s, byte for
@@ -85,14 +88,16 @@ DEFAULT_PIPELINE_ARGS = {"--runner": "FnApiRunner",
 
 @dataclasses.dataclass(frozen=True)
 class InputFile:
-    """An input file, numbered: its `lines` and the byte `offsets` of lines 0,
-    `STRIDE`, 2 × `STRIDE`, ... (of its decompressed bytes)."""
+    """An input file, numbered: its `size` (its own bytes), its `lines`, the byte
+    `offsets` of lines 0, `STRIDE`, 2 × `STRIDE`, ... and its `text_bytes` (both of its
+    decompressed bytes)."""
 
     path: str
     size: int
     lines: int
     offsets: tuple
     not_utf8: int
+    text_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +174,7 @@ def _number_lines(path, progress):
     size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
     if progress:
         progress(size)
-    return InputFile(path, size, count, tuple(offsets), not_utf8)
+    return InputFile(path, size, count, tuple(offsets), not_utf8, offset)
 
 
 class _WholeStreams(io.RawIOBase):
@@ -347,11 +352,15 @@ def plan_chunks(inputs, window):
     return chunks
 
 
-def read_chunk(chunk):
-    """Returns the lines (bytes, without line ends) of `chunk`."""
+def read_chunk(chunk, copies=None):
+    """Returns the lines (bytes, without line ends) of `chunk`; an input path in
+    `copies` (a dict) is read from the decompressed copy it maps to."""
     lines = []
     for path, offset, skip, count in chunk.pieces:
-        with open_input(path) as file:
+        copy = (copies or {}).get(path)
+        opened = (FileSystems.open(copy, compression_type=CompressionTypes.UNCOMPRESSED)
+                  if copy else open_input(path))
+        with opened as file:
             file.seek(offset)
             for _ in range(skip):
                 file.readline()
@@ -539,7 +548,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     Raises:
         ValueError: `output` holds the parts of a run with other arguments.
         FileNotFoundError: a pattern matches nothing.
-        CorpusError: a compressed input is truncated or damaged.
+        CorpusError: a compressed input is truncated or damaged, or changed while read.
     """
     paths = match_inputs(patterns)
     output = os.fspath(output)
@@ -567,6 +576,8 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     done = _start_parts(parts, plan)
     todo = [chunk for chunk in chunks if chunk.number not in done]
     kept = sum(chunk.lines for chunk in chunks if chunk.number in done)
+    copies = _decompressed_copies(parts, inputs, {piece[0] for chunk in todo
+                                                  for piece in chunk.pieces}, progress)
     options = pipeline_options.PipelineOptions(pipeline_args(list(beam_args), verbose))
     logger.info("Translating %d lines of %d files in %d chunks (%d to do) with %s.",
                 sum(numbered.lines for numbered in inputs), len(inputs), len(chunks),
@@ -576,7 +587,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         written = (pipeline
                    | "Chunks" >> beam.Create(todo)
                    | "Spread" >> beam.Reshuffle()
-                   | "Read" >> beam.Map(_read_keyed)
+                   | "Read" >> beam.Map(_read_keyed, copies)
                    | "Translate" >> inference.RunInference(inference.KeyedModelHandler(
                        handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
                                                     **load_options)))
@@ -678,6 +689,56 @@ def _number_inputs(paths, progress):
     return numbered
 
 
+def _decompressed_copies(parts, inputs, needed, progress):
+    """Returns `{path: copy}`: each compressed input of `inputs` whose path is in `needed`
+    decompressed into `parts` as `input-N` (N: its place in `inputs`), written through a
+    temporary name, or kept from an earlier run of the same plan.
+
+    Raises:
+        CorpusError: an input's text is not what its numbering read (it changed since).
+    """
+    copies = {}
+    for index, numbered in enumerate(inputs):
+        if numbered.path not in needed or _compression_of(
+                *_identity(numbered.path)) == CompressionTypes.UNCOMPRESSED:
+            continue
+        copy = FileSystems.join(parts, f"input-{index:04d}")
+        copies[numbered.path] = copy
+        if FileSystems.exists(copy):
+            continue
+        update = None
+        if progress and numbered.size > NUMBERING_BAR_BYTES:
+            update = translate.progress_bar(numbered.text_bytes or None, unit="byte")
+        temporary = f"{copy}.tmp-{uuid.uuid4().hex}"
+        try:
+            written = _copy_text(numbered.path, temporary, update)
+            if written != numbered.text_bytes:
+                raise CorpusError(
+                    f"{numbered.path}: {written:,} bytes decompressed where numbering read "
+                    f"{numbered.text_bytes:,}: the file changed while it was read. Run "
+                    "again once it is whole.")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                FileSystems.delete([temporary])
+            raise
+        FileSystems.rename([temporary], [copy])
+    return copies
+
+
+def _copy_text(path, destination, update=None):
+    """Writes the decompressed bytes of the input `path` to `destination`; returns
+    their count. `update(bytes)` is told the bytes written."""
+    written = 0
+    with open_input(path) as text, FileSystems.create(
+            destination, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        for block in iter(functools.partial(text.read, 1 << 20), b""):
+            file.write(block)
+            written += len(block)
+            if update:
+                update(written)
+    return written
+
+
 def _start_parts(parts, plan):
     """Makes the parts folder (or checks the plan of one there); returns the numbers
     of the chunks written already."""
@@ -720,8 +781,8 @@ def _write_atomically(path, data):
     FileSystems.rename([temporary], [path])
 
 
-def _read_keyed(chunk):
-    sentences = read_chunk(chunk)
+def _read_keyed(chunk, copies):
+    sentences = read_chunk(chunk, copies)
     Metrics.counter(COUNTERS, "lines_read").inc(len(sentences))
     return (chunk.number, chunk.first_line), sentences
 

@@ -264,6 +264,70 @@ def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress)
     assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
 
 
+def counting_decompressions(monkeypatch, compression):
+    """Counts the readers that decompress a `compression` input from its first byte."""
+    readers = translate_corpus._WHOLE_STREAM_READERS
+    opened, reader = [], readers[compression]
+
+    def counted(raw):
+        opened.append(raw)
+        return reader(raw)
+
+    monkeypatch.setitem(readers, compression, counted)
+    return opened
+
+
+@pytest.mark.parametrize("name, compress", COMPRESSIONS)
+def test_a_compressed_input_is_decompressed_once_for_all_its_chunks(tmp_path, monkeypatch,
+                                                                   name, compress):
+    # Twice in all: numbering, then the copy its 20 chunks seek into (a chunk that
+    # decompressed the file itself would read up to its first line: quadratic work).
+    lines = write_inputs(tmp_path, [2 * translate_corpus.STRIDE + 500])
+    compressed = tmp_path / name
+    compressed.write_bytes(compress((tmp_path / "part-0.txt").read_bytes()))
+    (tmp_path / "part-0.txt").unlink()
+    decompressions = counting_decompressions(
+        monkeypatch, translate_corpus._compression_of(*translate_corpus._identity(
+            str(compressed))))
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    output = tmp_path / "out.txt"
+    with pytest.raises(translate_corpus.CorpusTranslationError):
+        translate_corpus.translate_corpus(
+            "fake", [str(compressed)], str(output), batch_size=BATCH_SIZE,
+            handler=FakeHandler(fail_at=1500, flag=str(flag)))
+    assert len(decompressions) == 2
+    assert "input-0000" in os.listdir(tmp_path / "out.txt.parts")
+    # The run again keeps the copy: numbering decompresses the file, nothing else does.
+    result = translate_corpus.translate_corpus("fake", [str(compressed)], str(output),
+                                               handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert len(decompressions) == 3 and 0 < result.lines_kept < len(lines)
+    assert output.read_bytes() == expected_output(lines)
+    assert not (tmp_path / "out.txt.parts").exists()
+
+
+def test_the_compressed_input_benchmark_reads_the_same_lines_both_ways(capsys):
+    from benchmarks import compressed_input
+
+    compressed_input.main(["--lines", "5000", "--compression", "zst", "--batch-size", "8"])
+    assert "10 chunks" in capsys.readouterr().out  # 5,000 lines in windows of 512
+
+
+def test_a_compressed_input_that_changed_since_numbering_leaves_no_copy(tmp_path):
+    compressed = tmp_path / "in.gz"
+    compressed.write_bytes(gzip.compress(b"a line\n" * 3000))
+    numbered = translate_corpus.number_lines(str(compressed))
+    compressed.write_bytes(gzip.compress(b"a line\n" * 2999))
+    parts = tmp_path / "out.txt.parts"
+    parts.mkdir()
+    with pytest.raises(translate_corpus.CorpusError,
+                       match=rf"{compressed}: 20,993 bytes decompressed where numbering "
+                             r"read 21,000: the file changed"):
+        translate_corpus._decompressed_copies(str(parts), [numbered], {str(compressed)},
+                                              progress=False)
+    assert os.listdir(parts) == []
+
+
 @pytest.mark.parametrize("name, compress", [("in.txt", lambda data: data), *COMPRESSIONS])
 def test_numbering_counts_progress_in_the_files_own_bytes(tmp_path, name, compress):
     # As the bar's total counts them: the input sizes, compressed where they are.
