@@ -5,7 +5,7 @@
 
 Each variant is the preset with `FIELD=VALUE` overrides (several in one variant joined
 by commas); by default R-Drop (`rdrop_alpha=5`), `mixed_precision=bfloat16`, and the
-preset without word dropout (`token_dropout=0`: the Multi30K presets have it on). The
+preset without word dropout (`token_dropout=0`, for presets that have it on). The
 preset and every variant train in one process on the same batches (synthetic ids with
 realistic lengths, or Multi30K's with `--data-dir`), step by step in turn with the order
 rotating, so that whatever else the machine does hits all alike; the first
@@ -65,6 +65,8 @@ def variant_configs(arguments):
     for variant in arguments.variant or DEFAULT_VARIANTS:
         configs[variant] = config_lib.override(base, variant.split(","))
         config_lib.check_config(configs[variant])
+        if configs[variant] == base and not arguments.variant:
+            del configs[variant]  # a default the preset has already: no second copy
     return configs
 
 

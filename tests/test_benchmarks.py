@@ -467,6 +467,16 @@ def test_serve_load_answers_every_request_hostile_one_and_fault(tmp_path, fixtur
         "sigterm_requests"] and faults["sigterm_answered"] > 0
 
 
+@pytest.mark.parametrize("preset, variants", [
+    ("multi30k", ["rdrop_alpha=5", "mixed_precision=bfloat16", "token_dropout=0"]),
+    ("tiny", ["rdrop_alpha=5", "mixed_precision=bfloat16"])])  # no word dropout to remove
+def test_regularization_cost_defaults_to_the_options_the_preset_lacks(preset, variants):
+    from benchmarks import regularization_cost
+    configs = regularization_cost.variant_configs(
+        regularization_cost.parse_arguments(["--preset", preset]))
+    assert list(configs) == ["preset", *variants]
+
+
 @pytest.mark.slow
 def test_regularization_cost_times_every_variant_on_the_same_batches(tmp_path):
     from benchmarks import regularization_cost
