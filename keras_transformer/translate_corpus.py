@@ -14,7 +14,7 @@ Order and completeness by construction (Beam itself keeps no order):
   each file's lines and noting every `STRIDE`-th line's byte offset; the first line that
   is not UTF-8 gets `translate`'s warning, and a truncated or damaged compressed file
   stops the run there, named, before anything is written.
-- A compressed input is decompressed once, into `OUTPUT.parts/input-N`, which its
+- Numbering writes each compressed input's text into `OUTPUT.parts/input-N`, which its
   chunks seek into: chunks that each decompressed the file from its start would do work
   that grows with the square of its size.
 - The numbered lines are cut into `translate`'s windows (batch size × `WINDOW_BATCHES`
@@ -88,16 +88,14 @@ DEFAULT_PIPELINE_ARGS = {"--runner": "FnApiRunner",
 
 @dataclasses.dataclass(frozen=True)
 class InputFile:
-    """An input file, numbered: its `size` (its own bytes), its `lines`, the byte
-    `offsets` of lines 0, `STRIDE`, 2 × `STRIDE`, ... and its `text_bytes` (both of its
-    decompressed bytes)."""
+    """An input file, numbered: its `lines` and the byte `offsets` of lines 0,
+    `STRIDE`, 2 × `STRIDE`, ... (of its decompressed bytes)."""
 
     path: str
     size: int
     lines: int
     offsets: tuple
     not_utf8: int
-    text_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,17 +130,18 @@ def match_inputs(patterns):
     return sorted(paths)
 
 
-def number_lines(path, progress=None):
+def number_lines(path, progress=None, text_to=None):
     """Returns the `InputFile` of `path`; warns, as `translate` does, at its first line
-    that is not UTF-8. `progress(bytes)` is told the bytes read.
+    that is not UTF-8. `progress(bytes)` is told the bytes read; the decompressed text
+    is written to the path `text_to` as it is read, where given.
 
     Raises:
         CorpusError: a compressed input is truncated or damaged (naming it).
     """
     compression = _compression_of(*_identity(path))
     try:
-        return _number_lines(path, progress)
-    except _SourceError as error:  # reading the file's bytes failed: not its data
+        return _number_lines(path, progress, text_to)
+    except _FileSystemError as error:  # reading or writing failed: not the file's data
         raise error.__cause__ from None
     except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as error:
         if compression == CompressionTypes.UNCOMPRESSED:
@@ -151,10 +150,14 @@ def number_lines(path, progress=None):
                           "file is truncated or damaged. Download or copy it again.") from None
 
 
-def _number_lines(path, progress):
+def _number_lines(path, progress, text_to):
     offsets, offset, count, not_utf8 = [], 0, 0, 0
-    with _open_input(path) as (file, raw):
+    with contextlib.ExitStack() as stack:
+        file, raw = stack.enter_context(_open_input(path))
+        text = stack.enter_context(_create(text_to)) if text_to else None
         for line in iter(file.readline, b""):
+            if text:
+                text.write(line)
             if count % STRIDE == 0:
                 offsets.append(offset)
             try:
@@ -174,7 +177,7 @@ def _number_lines(path, progress):
     size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
     if progress:
         progress(size)
-    return InputFile(path, size, count, tuple(offsets), not_utf8, offset)
+    return InputFile(path, size, count, tuple(offsets), not_utf8)
 
 
 class _WholeStreams(io.RawIOBase):
@@ -250,19 +253,26 @@ _WHOLE_STREAM_READERS = {
         _WholeStreams(raw, _zstd_decompressor))}
 
 
-class _SourceError(Exception):
-    """An `OSError` of reading a file's own bytes (its `__cause__`), carried past the
-    decompressing readers, whose own `OSError`s say the data is damaged."""
+class _FileSystemError(Exception):
+    """An `OSError` of reading a file's own bytes or writing its text (its `__cause__`),
+    carried past the decompressing readers, whose own `OSError`s say the data is
+    damaged."""
 
 
-class _SourceBytes:
-    """The file object `raw`, its `OSError`s raised as `_SourceError`s."""
+class _FileSystemFile:
+    """The file object `raw`, its `OSError`s raised as `_FileSystemError`s."""
 
     def __init__(self, raw):
         self._raw = raw
 
     def read(self, size=-1):
         return self._call(self._raw.read, size)
+
+    def write(self, data):
+        return self._call(self._raw.write, data)
+
+    def close(self):
+        return self._call(self._raw.close)
 
     def seek(self, *arguments):
         return self._call(self._raw.seek, *arguments)
@@ -278,7 +288,7 @@ class _SourceBytes:
         try:
             return method(*arguments)
         except OSError as error:
-            raise _SourceError() from error
+            raise _FileSystemError() from error
 
 
 @contextlib.contextmanager
@@ -293,7 +303,7 @@ def open_input(path):
     try:
         with _open_input(path) as (file, _):
             yield file
-    except _SourceError as error:
+    except _FileSystemError as error:
         raise error.__cause__ from None
 
 
@@ -301,7 +311,7 @@ def open_input(path):
 def _open_input(path):
     """`open_input`, giving `(decompressed file, the file's own bytes)`: the second's
     `tell()` counts the bytes read as the file's size does. A compressed file's own
-    `OSError`s, opening or reading it, are raised as `_SourceError`s."""
+    `OSError`s, opening or reading it, are raised as `_FileSystemError`s."""
     compression = _compression_of(*_identity(path))
     if compression == CompressionTypes.UNCOMPRESSED:
         with FileSystems.open(path, compression_type=compression) as raw:
@@ -310,9 +320,24 @@ def _open_input(path):
     try:
         opened = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except OSError as error:
-        raise _SourceError() from error
-    with opened as raw, _WHOLE_STREAM_READERS[compression](_SourceBytes(raw)) as file:
+        raise _FileSystemError() from error
+    with opened as raw, _WHOLE_STREAM_READERS[compression](_FileSystemFile(raw)) as file:
         yield file, raw
+
+
+@contextlib.contextmanager
+def _create(path):
+    """`FileSystems.create(path)` of a plain file, its `OSError`s (creating, writing or
+    closing it; not those of the `with` block's own work) raised as `_FileSystemError`s."""
+    try:
+        opened = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except OSError as error:
+        raise _FileSystemError() from error
+    file = _FileSystemFile(opened)
+    try:
+        yield file
+    finally:
+        file.close()
 
 
 def _identity(path):
@@ -352,14 +377,14 @@ def plan_chunks(inputs, window):
     return chunks
 
 
-def read_chunk(chunk, copies=None):
-    """Returns the lines (bytes, without line ends) of `chunk`; an input path in
-    `copies` (a dict) is read from the decompressed copy it maps to."""
+def read_chunk(chunk, texts=None):
+    """Returns the lines (bytes, without line ends) of `chunk`; an input path in `texts`
+    (a dict) is read from the file of its decompressed text that it maps to."""
     lines = []
     for path, offset, skip, count in chunk.pieces:
-        copy = (copies or {}).get(path)
-        opened = (FileSystems.open(copy, compression_type=CompressionTypes.UNCOMPRESSED)
-                  if copy else open_input(path))
+        text = (texts or {}).get(path)
+        opened = (FileSystems.open(text, compression_type=CompressionTypes.UNCOMPRESSED)
+                  if text else open_input(path))
         with opened as file:
             file.seek(offset)
             for _ in range(skip):
@@ -548,7 +573,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     Raises:
         ValueError: `output` holds the parts of a run with other arguments.
         FileNotFoundError: a pattern matches nothing.
-        CorpusError: a compressed input is truncated or damaged, or changed while read.
+        CorpusError: a compressed input is truncated or damaged.
     """
     paths = match_inputs(patterns)
     output = os.fspath(output)
@@ -558,26 +583,36 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
     files.check_not_an_input("--output", output, {
         "artifact": artifact, **{f"input {path}": path for path in paths
                                  if os.path.exists(path)}})
-    # Before the export: an input that cannot be read is named without one.
-    inputs = _number_inputs(paths, progress)
-    if files.is_run_dir(artifact):  # exported once here, not in every worker
-        from keras_transformer.serving import artifacts
-        artifacts.resolve_artifact(artifact, export_if_missing=True)
-    window = load_options.get("batch_size", 32) * translate.WINDOW_BATCHES
-    chunks = plan_chunks(inputs, window)
-    plan = {"artifact": os.path.abspath(artifact) if os.path.exists(artifact) else artifact,
-            "inputs": [[numbered.path, numbered.size, numbered.lines] for numbered in inputs],
-            "window": window, "pairs": pairs, "n_best": n_best, "scores": scores,
-            "seed": seed,
-            # Threads change the speed, not the output: a rerun may use other workers.
-            "load_options": {name: value for name, value in load_options.items()
-                             if name != "threads"}}
     parts = output + PARTS_SUFFIX
-    done = _start_parts(parts, plan)
+    made_parts = not FileSystems.exists(parts)
+    if made_parts:
+        FileSystems.mkdirs(parts)
+    written_texts = {}  # compressed input -> the temporary file numbering writes its text to
+    try:
+        # Before the export: an input that cannot be read is named without one.
+        inputs = _number_inputs(paths, progress, parts, written_texts)
+        if files.is_run_dir(artifact):  # exported once here, not in every worker
+            from keras_transformer.serving import artifacts
+            artifacts.resolve_artifact(artifact, export_if_missing=True)
+        window = load_options.get("batch_size", 32) * translate.WINDOW_BATCHES
+        chunks = plan_chunks(inputs, window)
+        plan = {"artifact": (os.path.abspath(artifact) if os.path.exists(artifact)
+                             else artifact),
+                "inputs": [[numbered.path, numbered.size, numbered.lines]
+                           for numbered in inputs],
+                "window": window, "pairs": pairs, "n_best": n_best, "scores": scores,
+                "seed": seed,
+                # Threads change the speed, not the output: a rerun may use other workers.
+                "load_options": {name: value for name, value in load_options.items()
+                                 if name != "threads"}}
+        done = _start_parts(parts, plan)
+        texts = _keep_texts(parts, paths, written_texts)
+    except BaseException:
+        # Nothing of this run is left: the parts folder it made, or its files in one kept.
+        _delete_quietly([parts] if made_parts else list(written_texts.values()))
+        raise
     todo = [chunk for chunk in chunks if chunk.number not in done]
     kept = sum(chunk.lines for chunk in chunks if chunk.number in done)
-    copies = _decompressed_copies(parts, inputs, {piece[0] for chunk in todo
-                                                  for piece in chunk.pieces}, progress)
     options = pipeline_options.PipelineOptions(pipeline_args(list(beam_args), verbose))
     logger.info("Translating %d lines of %d files in %d chunks (%d to do) with %s.",
                 sum(numbered.lines for numbered in inputs), len(inputs), len(chunks),
@@ -587,7 +622,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         written = (pipeline
                    | "Chunks" >> beam.Create(todo)
                    | "Spread" >> beam.Reshuffle()
-                   | "Read" >> beam.Map(_read_keyed, copies)
+                   | "Read" >> beam.Map(_read_keyed, texts)
                    | "Translate" >> inference.RunInference(inference.KeyedModelHandler(
                        handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
                                                     **load_options)))
@@ -675,68 +710,46 @@ def _written_chunks(parts):
             if number is not None}
 
 
-def _number_inputs(paths, progress):
+def _number_inputs(paths, progress, parts, written_texts):
+    """Numbers each input of `paths`; a compressed one's text is written into `parts`
+    under a temporary name, which `written_texts` (a dict) is given before it is."""
     sizes = {metadata.path: metadata.size_in_bytes
              for metadata in FileSystems.match(paths)[0].metadata_list} if paths else {}
     update = None
     if progress and sum(sizes.values()) > NUMBERING_BAR_BYTES:
         update = translate.progress_bar(sum(sizes.values()) or None, unit="byte")
     numbered, before = [], 0
-    for path in paths:
-        result = number_lines(path, update and (lambda read, b=before: update(b + read)))
+    for index, path in enumerate(paths):
+        if _compression_of(*_identity(path)) != CompressionTypes.UNCOMPRESSED:
+            written_texts[path] = FileSystems.join(
+                parts, f"input-{index:04d}.tmp-{uuid.uuid4().hex}")
+        result = number_lines(path, update and (lambda read, b=before: update(b + read)),
+                              text_to=written_texts.get(path))
         before += result.size
         numbered.append(result)
     return numbered
 
 
-def _decompressed_copies(parts, inputs, needed, progress):
-    """Returns `{path: copy}`: each compressed input of `inputs` whose path is in `needed`
-    decompressed into `parts` as `input-N` (N: its place in `inputs`), written through a
-    temporary name, or kept from an earlier run of the same plan.
-
-    Raises:
-        CorpusError: an input's text is not what its numbering read (it changed since).
-    """
-    copies = {}
-    for index, numbered in enumerate(inputs):
-        if numbered.path not in needed or _compression_of(
-                *_identity(numbered.path)) == CompressionTypes.UNCOMPRESSED:
-            continue
-        copy = FileSystems.join(parts, f"input-{index:04d}")
-        copies[numbered.path] = copy
-        if FileSystems.exists(copy):
-            continue
-        update = None
-        if progress and numbered.size > NUMBERING_BAR_BYTES:
-            update = translate.progress_bar(numbered.text_bytes or None, unit="byte")
-        temporary = f"{copy}.tmp-{uuid.uuid4().hex}"
-        try:
-            written = _copy_text(numbered.path, temporary, update)
-            if written != numbered.text_bytes:
-                raise CorpusError(
-                    f"{numbered.path}: {written:,} bytes decompressed where numbering read "
-                    f"{numbered.text_bytes:,}: the file changed while it was read. Run "
-                    "again once it is whole.")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                FileSystems.delete([temporary])
-            raise
-        FileSystems.rename([temporary], [copy])
-    return copies
+def _keep_texts(parts, paths, written_texts):
+    """Renames each temporary file of `written_texts` (`{input path: temporary file}`,
+    emptied as it goes) to `parts/input-N`, N the input's place in `paths`, replacing an
+    earlier run's; returns `{input path: the file of its text}`."""
+    texts = {}
+    for index, path in enumerate(paths):
+        if path in written_texts:
+            text = FileSystems.join(parts, f"input-{index:04d}")
+            if FileSystems.exists(text):  # not every file system renames over a file
+                FileSystems.delete([text])
+            FileSystems.rename([written_texts.pop(path)], [text])
+            texts[path] = text
+    return texts
 
 
-def _copy_text(path, destination, update=None):
-    """Writes the decompressed bytes of the input `path` to `destination`; returns
-    their count. `update(bytes)` is told the bytes written."""
-    written = 0
-    with open_input(path) as text, FileSystems.create(
-            destination, compression_type=CompressionTypes.UNCOMPRESSED) as file:
-        for block in iter(functools.partial(text.read, 1 << 20), b""):
-            file.write(block)
-            written += len(block)
-            if update:
-                update(written)
-    return written
+def _delete_quietly(paths):
+    """Deletes what of `paths` exists (folders with what they hold), as far as it can."""
+    for path in paths:
+        with contextlib.suppress(Exception):
+            FileSystems.delete([path])
 
 
 def _start_parts(parts, plan):
@@ -781,8 +794,8 @@ def _write_atomically(path, data):
     FileSystems.rename([temporary], [path])
 
 
-def _read_keyed(chunk, copies):
-    sentences = read_chunk(chunk, copies)
+def _read_keyed(chunk, texts):
+    sentences = read_chunk(chunk, texts)
     Metrics.counter(COUNTERS, "lines_read").inc(len(sentences))
     return (chunk.number, chunk.first_line), sentences
 

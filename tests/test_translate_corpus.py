@@ -264,6 +264,18 @@ def test_inputs_are_gzip_by_their_bytes_not_their_name(tmp_path, name, compress)
     assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
 
 
+def compressed_inputs(directory, sizes, name, compress):
+    """`write_inputs`, the last file compressed by `compress`, named with `name`'s
+    extension (`part-N.gz`: still the last); returns the joined lines and the paths."""
+    lines = write_inputs(directory, sizes)
+    last = directory / f"part-{len(sizes) - 1}.txt"
+    compressed = last.with_suffix(os.path.splitext(name)[1])
+    compressed.write_bytes(compress(last.read_bytes()))
+    last.unlink()
+    return lines, [str(directory / f"part-{index}.txt") for index in range(len(sizes) - 1)
+                   ] + [str(compressed)]
+
+
 def counting_decompressions(monkeypatch, compression):
     """Counts the readers that decompress a `compression` input from its first byte."""
     readers = translate_corpus._WHOLE_STREAM_READERS
@@ -280,30 +292,61 @@ def counting_decompressions(monkeypatch, compression):
 @pytest.mark.parametrize("name, compress", COMPRESSIONS)
 def test_a_compressed_input_is_decompressed_once_for_all_its_chunks(tmp_path, monkeypatch,
                                                                    name, compress):
-    # Twice in all: numbering, then the copy its 20 chunks seek into (a chunk that
-    # decompressed the file itself would read up to its first line: quadratic work).
-    lines = write_inputs(tmp_path, [2 * translate_corpus.STRIDE + 500])
-    compressed = tmp_path / name
-    compressed.write_bytes(compress((tmp_path / "part-0.txt").read_bytes()))
-    (tmp_path / "part-0.txt").unlink()
+    # Numbering writes its text, which its 20 chunks seek into: a chunk that decompressed
+    # the file itself would read it up to its lines (work quadratic in the file). Its
+    # first chunk holds the plain file's last lines too.
+    lines, paths = compressed_inputs(tmp_path, [300, 2 * translate_corpus.STRIDE + 500],
+                                     name, compress)
     decompressions = counting_decompressions(
-        monkeypatch, translate_corpus._compression_of(*translate_corpus._identity(
-            str(compressed))))
+        monkeypatch, translate_corpus._compression_of(*translate_corpus._identity(paths[1])))
     flag = tmp_path / "fail-once"
     flag.write_text("")
-    output = tmp_path / "out.txt"
+    output, parts = tmp_path / "out.txt", tmp_path / "out.txt.parts"
     with pytest.raises(translate_corpus.CorpusTranslationError):
-        translate_corpus.translate_corpus(
-            "fake", [str(compressed)], str(output), batch_size=BATCH_SIZE,
-            handler=FakeHandler(fail_at=1500, flag=str(flag)))
-    assert len(decompressions) == 2
-    assert "input-0000" in os.listdir(tmp_path / "out.txt.parts")
-    # The run again keeps the copy: numbering decompresses the file, nothing else does.
-    result = translate_corpus.translate_corpus("fake", [str(compressed)], str(output),
+        translate_corpus.translate_corpus("fake", paths, str(output), batch_size=BATCH_SIZE,
+                                          handler=FakeHandler(fail_at=1500, flag=str(flag)))
+    assert len(decompressions) == 1
+    assert [name for name in os.listdir(parts) if name.startswith("input-")] == ["input-0001"]
+    # The run again numbers the file again, writing its text anew; nothing else reads it.
+    result = translate_corpus.translate_corpus("fake", paths, str(output),
                                                handler=FakeHandler(), batch_size=BATCH_SIZE)
-    assert len(decompressions) == 3 and 0 < result.lines_kept < len(lines)
+    assert len(decompressions) == 2 and 0 < result.lines_kept < len(lines)
     assert output.read_bytes() == expected_output(lines)
-    assert not (tmp_path / "out.txt.parts").exists()
+    assert not parts.exists()
+
+
+def test_a_run_refused_by_another_runs_parts_leaves_them_as_they_were(tmp_path):
+    lines, paths = compressed_inputs(tmp_path, [3000], "in.gz", gzip.compress)
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    output, parts = tmp_path / "out.txt", tmp_path / "out.txt.parts"
+    with pytest.raises(translate_corpus.CorpusTranslationError):
+        translate_corpus.translate_corpus("fake", paths, str(output), batch_size=BATCH_SIZE,
+                                          handler=FakeHandler(fail_at=1500, flag=str(flag)))
+    held = {name: (parts / name).read_bytes() for name in os.listdir(parts)}
+    assert "input-0000" in held
+    (tmp_path / "part-0.gz").write_bytes(gzip.compress(b"another line\n" * 3000))
+    with pytest.raises(ValueError, match="holds chunks of a run with other inputs"):
+        translate_corpus.translate_corpus("fake", paths, str(output),
+                                          handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert {name: (parts / name).read_bytes() for name in os.listdir(parts)} == held
+
+
+def test_a_text_that_cannot_be_written_is_not_called_damaged_and_leaves_nothing(
+        tmp_path, monkeypatch):
+    _, paths = compressed_inputs(tmp_path, [3000], "in.gz", gzip.compress)
+    real_create = translate_corpus.FileSystems.create
+
+    def failing_create(path, *arguments, **options):
+        if "input-" in path:
+            raise OSError(28, "No space left on device")
+        return real_create(path, *arguments, **options)
+
+    monkeypatch.setattr(translate_corpus.FileSystems, "create", failing_create)
+    with pytest.raises(OSError, match="No space left on device"):
+        translate_corpus.translate_corpus("fake", paths, str(tmp_path / "out.txt"),
+                                          handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert sorted(os.listdir(tmp_path)) == ["part-0.gz"]
 
 
 def test_the_compressed_input_benchmark_reads_the_same_lines_both_ways(capsys):
@@ -311,21 +354,6 @@ def test_the_compressed_input_benchmark_reads_the_same_lines_both_ways(capsys):
 
     compressed_input.main(["--lines", "5000", "--compression", "zst", "--batch-size", "8"])
     assert "10 chunks" in capsys.readouterr().out  # 5,000 lines in windows of 512
-
-
-def test_a_compressed_input_that_changed_since_numbering_leaves_no_copy(tmp_path):
-    compressed = tmp_path / "in.gz"
-    compressed.write_bytes(gzip.compress(b"a line\n" * 3000))
-    numbered = translate_corpus.number_lines(str(compressed))
-    compressed.write_bytes(gzip.compress(b"a line\n" * 2999))
-    parts = tmp_path / "out.txt.parts"
-    parts.mkdir()
-    with pytest.raises(translate_corpus.CorpusError,
-                       match=rf"{compressed}: 20,993 bytes decompressed where numbering "
-                             r"read 21,000: the file changed"):
-        translate_corpus._decompressed_copies(str(parts), [numbered], {str(compressed)},
-                                              progress=False)
-    assert os.listdir(parts) == []
 
 
 @pytest.mark.parametrize("name, compress", [("in.txt", lambda data: data), *COMPRESSIONS])
@@ -359,7 +387,7 @@ def test_a_truncated_or_damaged_compressed_input_is_an_error_naming_it(tmp_path,
                        match=rf"{named}: its \w+ data cannot be read .*truncated or damaged"):
         translate_corpus.translate_corpus("fake", [str(named)], str(tmp_path / "out.txt"),
                                           handler=FakeHandler(), batch_size=BATCH_SIZE)
-    assert not (tmp_path / "out.txt").exists()
+    assert sorted(os.listdir(tmp_path)) == [name]  # no output, no parts, no text
 
 
 def test_a_compressed_input_that_cannot_be_read_is_not_called_damaged(tmp_path,
