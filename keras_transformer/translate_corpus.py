@@ -13,10 +13,11 @@ Order and completeness by construction (Beam itself keeps no order):
 - The driver numbers the lines: it reads the inputs once, in sorted name order, counting
   each file's lines and noting every `STRIDE`-th line's byte offset; the first line that
   is not UTF-8 gets `translate`'s warning, and a truncated or damaged compressed file
-  stops the run there, named, before anything is written.
+  stops the run there, named, before anything is translated (what it wrote removed).
 - Numbering writes each compressed input's text into `OUTPUT.parts/input-N`, which its
   chunks seek into: chunks that each decompressed the file from its start would do work
-  that grows with the square of its size.
+  that grows with the square of its size. Each run writes the texts anew and removes
+  them when it ends, whether it failed or not.
 - The numbered lines are cut into `translate`'s windows (batch size × `WINDOW_BATCHES`
   lines of the joined files), one chunk each; the handler batches a chunk by length
   exactly as `translate` batches that window, so the output is `translate`'s, byte for
@@ -137,6 +138,7 @@ def number_lines(path, progress=None, text_to=None):
 
     Raises:
         CorpusError: a compressed input is truncated or damaged (naming it).
+        OSError: reading the file or writing its text failed (the file system's error).
     """
     compression = _compression_of(*_identity(path))
     try:
@@ -336,8 +338,11 @@ def _create(path):
     file = _FileSystemFile(opened)
     try:
         yield file
-    finally:
-        file.close()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the error that stopped the writing counts
+            opened.close()
+        raise
+    file.close()
 
 
 def _identity(path):
@@ -584,33 +589,12 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         "artifact": artifact, **{f"input {path}": path for path in paths
                                  if os.path.exists(path)}})
     parts = output + PARTS_SUFFIX
-    made_parts = not FileSystems.exists(parts)
-    if made_parts:
-        FileSystems.mkdirs(parts)
-    written_texts = {}  # compressed input -> the temporary file numbering writes its text to
-    try:
-        # Before the export: an input that cannot be read is named without one.
-        inputs = _number_inputs(paths, progress, parts, written_texts)
-        if files.is_run_dir(artifact):  # exported once here, not in every worker
-            from keras_transformer.serving import artifacts
-            artifacts.resolve_artifact(artifact, export_if_missing=True)
-        window = load_options.get("batch_size", 32) * translate.WINDOW_BATCHES
-        chunks = plan_chunks(inputs, window)
-        plan = {"artifact": (os.path.abspath(artifact) if os.path.exists(artifact)
-                             else artifact),
-                "inputs": [[numbered.path, numbered.size, numbered.lines]
-                           for numbered in inputs],
-                "window": window, "pairs": pairs, "n_best": n_best, "scores": scores,
-                "seed": seed,
-                # Threads change the speed, not the output: a rerun may use other workers.
-                "load_options": {name: value for name, value in load_options.items()
-                                 if name != "threads"}}
-        done = _start_parts(parts, plan)
-        texts = _keep_texts(parts, paths, written_texts)
-    except BaseException:
-        # Nothing of this run is left: the parts folder it made, or its files in one kept.
-        _delete_quietly([parts] if made_parts else list(written_texts.values()))
-        raise
+    window = load_options.get("batch_size", 32) * translate.WINDOW_BATCHES
+    inputs, chunks, done, texts = _start(artifact, paths, parts, progress, {
+        "window": window, "pairs": pairs, "n_best": n_best, "scores": scores, "seed": seed,
+        # Threads change the speed, not the output: a rerun may use other workers.
+        "load_options": {name: value for name, value in load_options.items()
+                         if name != "threads"}})
     todo = [chunk for chunk in chunks if chunk.number not in done]
     kept = sum(chunk.lines for chunk in chunks if chunk.number in done)
     options = pipeline_options.PipelineOptions(pipeline_args(list(beam_args), verbose))
@@ -632,8 +616,13 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
              | "Count" >> beam.combiners.Count.Globally()
              | "Join" >> beam.Map(_join_chunks, parts, len(chunks), output))
         watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
-        result = _run(pipeline, output, parts, len(chunks), verbose=verbose,
-                      watcher=watcher)
+        try:
+            result = _run(pipeline, output, parts, len(chunks), verbose=verbose,
+                          watcher=watcher)
+        except BaseException:
+            # The next run writes them anew: no room taken until then.
+            _delete_quietly(list(texts.values()))
+            raise
     return _corpus_result(result, output, inputs, len(chunks), kept)
 
 
@@ -710,19 +699,63 @@ def _written_chunks(parts):
             if number is not None}
 
 
+def _start(artifact, paths, parts, progress, plan_options):
+    """Numbers the inputs `paths`, writing each compressed one's text into `parts`;
+    exports `artifact` if it is a run directory without an export; then starts the
+    parts folder with the plan or checks the plan there (`_start_parts`). Returns
+    `(inputs, chunks, numbers of the chunks done, {compressed input: its text})`.
+
+    What it wrote is removed if it fails: its texts, and the plan and parts folder
+    where it made them. One run at a time may use a parts folder.
+    """
+    plan_path = FileSystems.join(parts, PLAN_FILE)
+    # Local file systems: object stores have no folders, and exists() is False there.
+    made_parts = not FileSystems.exists(parts)
+    if made_parts:
+        FileSystems.mkdirs(parts)
+    written_texts, made_plan = {}, False  # compressed input -> its temporary text
+    try:
+        # Before the export: an input that cannot be read is named without one.
+        inputs = _number_inputs(paths, progress, parts, written_texts)
+        if files.is_run_dir(artifact):  # exported once here, not in every worker
+            from keras_transformer.serving import artifacts
+            artifacts.resolve_artifact(artifact, export_if_missing=True)
+        chunks = plan_chunks(inputs, plan_options["window"])
+        plan = {"artifact": (os.path.abspath(artifact) if os.path.exists(artifact)
+                             else artifact),
+                "inputs": [[numbered.path, numbered.size, numbered.lines]
+                           for numbered in inputs], **plan_options}
+        made_plan = not FileSystems.exists(plan_path)
+        done = _start_parts(parts, plan)
+        # A killed run's temporary texts: every run writes its own.
+        stale = [metadata.path for metadata in FileSystems.match(
+                     [FileSystems.join(parts, "input-*.tmp-*")])[0].metadata_list
+                 if metadata.path not in written_texts.values()]
+        _delete_quietly(stale)
+        return inputs, chunks, done, _keep_texts(parts, paths, written_texts)
+    except BaseException:
+        _delete_quietly(list(written_texts.values()) + ([plan_path] if made_plan else []))
+        if made_parts and not FileSystems.match(
+                [FileSystems.join(parts, "*")])[0].metadata_list:
+            _delete_quietly([parts])
+        raise
+
+
 def _number_inputs(paths, progress, parts, written_texts):
     """Numbers each input of `paths`; a compressed one's text is written into `parts`
-    under a temporary name, which `written_texts` (a dict) is given before it is."""
+    under a temporary name, which `written_texts` (a dict) is given before it is; the
+    text of an earlier run (`input-N`) is removed first."""
     sizes = {metadata.path: metadata.size_in_bytes
-             for metadata in FileSystems.match(paths)[0].metadata_list} if paths else {}
+             for matched in (FileSystems.match(paths) if paths else [])
+             for metadata in matched.metadata_list}
     update = None
     if progress and sum(sizes.values()) > NUMBERING_BAR_BYTES:
         update = translate.progress_bar(sum(sizes.values()) or None, unit="byte")
     numbered, before = [], 0
     for index, path in enumerate(paths):
         if _compression_of(*_identity(path)) != CompressionTypes.UNCOMPRESSED:
-            written_texts[path] = FileSystems.join(
-                parts, f"input-{index:04d}.tmp-{uuid.uuid4().hex}")
+            _delete_quietly([_text_path(parts, index)])  # one text at a time on the disk
+            written_texts[path] = f"{_text_path(parts, index)}.tmp-{uuid.uuid4().hex}"
         result = number_lines(path, update and (lambda read, b=before: update(b + read)),
                               text_to=written_texts.get(path))
         before += result.size
@@ -737,12 +770,18 @@ def _keep_texts(parts, paths, written_texts):
     texts = {}
     for index, path in enumerate(paths):
         if path in written_texts:
-            text = FileSystems.join(parts, f"input-{index:04d}")
+            text = _text_path(parts, index)
             if FileSystems.exists(text):  # not every file system renames over a file
                 FileSystems.delete([text])
-            FileSystems.rename([written_texts.pop(path)], [text])
+            FileSystems.rename([written_texts[path]], [text])
+            del written_texts[path]
             texts[path] = text
     return texts
+
+
+def _text_path(parts, index):
+    """The file of the text of the input at `index` (sorted by name) in `parts`."""
+    return FileSystems.join(parts, f"input-{index:04d}")
 
 
 def _delete_quietly(paths):

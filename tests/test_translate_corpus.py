@@ -8,6 +8,7 @@ import io
 import json
 import lzma
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -299,15 +300,18 @@ def test_a_compressed_input_is_decompressed_once_for_all_its_chunks(tmp_path, mo
                                      name, compress)
     decompressions = counting_decompressions(
         monkeypatch, translate_corpus._compression_of(*translate_corpus._identity(paths[1])))
+    output, parts = tmp_path / "out.txt", tmp_path / "out.txt.parts"
+    parts.mkdir()  # as a killed run left it: a text and a temporary one, both wrong
+    (parts / "input-0001").write_bytes(b"stale\n" * 4000)
+    (parts / "input-0001.tmp-killed").write_bytes(b"stale\n" * 10)
     flag = tmp_path / "fail-once"
     flag.write_text("")
-    output, parts = tmp_path / "out.txt", tmp_path / "out.txt.parts"
     with pytest.raises(translate_corpus.CorpusTranslationError):
         translate_corpus.translate_corpus("fake", paths, str(output), batch_size=BATCH_SIZE,
                                           handler=FakeHandler(fail_at=1500, flag=str(flag)))
     assert len(decompressions) == 1
-    assert [name for name in os.listdir(parts) if name.startswith("input-")] == ["input-0001"]
-    # The run again numbers the file again, writing its text anew; nothing else reads it.
+    assert [name for name in os.listdir(parts) if name.startswith("input-")] == []
+    # The run again writes the text anew; its output holds the chunks kept too.
     result = translate_corpus.translate_corpus("fake", paths, str(output),
                                                handler=FakeHandler(), batch_size=BATCH_SIZE)
     assert len(decompressions) == 2 and 0 < result.lines_kept < len(lines)
@@ -324,7 +328,7 @@ def test_a_run_refused_by_another_runs_parts_leaves_them_as_they_were(tmp_path):
         translate_corpus.translate_corpus("fake", paths, str(output), batch_size=BATCH_SIZE,
                                           handler=FakeHandler(fail_at=1500, flag=str(flag)))
     held = {name: (parts / name).read_bytes() for name in os.listdir(parts)}
-    assert "input-0000" in held
+    assert "plan.json" in held and "chunk-00000000" in held
     (tmp_path / "part-0.gz").write_bytes(gzip.compress(b"another line\n" * 3000))
     with pytest.raises(ValueError, match="holds chunks of a run with other inputs"):
         translate_corpus.translate_corpus("fake", paths, str(output),
@@ -332,21 +336,77 @@ def test_a_run_refused_by_another_runs_parts_leaves_them_as_they_were(tmp_path):
     assert {name: (parts / name).read_bytes() for name in os.listdir(parts)} == held
 
 
+class FailingText:
+    """A file being written whose `failure` ("write": after 4 KB; "close") raises ENOSPC."""
+
+    def __init__(self, file, failure):
+        self.file, self.failure, self.written = file, failure, 0
+
+    def write(self, data):
+        self.written += len(data)
+        if self.failure == "write" and self.written > 4096:
+            raise OSError(28, "No space left on device")
+        return self.file.write(data)
+
+    def close(self):
+        self.file.close()
+        if self.failure == "close":
+            raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("failure", ["create", "write", "close", "rename"])
+@pytest.mark.parametrize("damaged", [False, True])
 def test_a_text_that_cannot_be_written_is_not_called_damaged_and_leaves_nothing(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, failure, damaged):
+    # The file system's error as it is; but damage found first is what a failing close
+    # must not hide (it stopped the writing). A rename fails after the plan is written:
+    # that goes too.
     _, paths = compressed_inputs(tmp_path, [3000], "in.gz", gzip.compress)
+    if damaged:
+        data = pathlib.Path(paths[0]).read_bytes()
+        pathlib.Path(paths[0]).write_bytes(data[:len(data) // 2])
     real_create = translate_corpus.FileSystems.create
 
     def failing_create(path, *arguments, **options):
-        if "input-" in path:
+        if "input-" not in path:
+            return real_create(path, *arguments, **options)
+        if failure == "create":
             raise OSError(28, "No space left on device")
-        return real_create(path, *arguments, **options)
+        return FailingText(real_create(path, *arguments, **options), failure)
+
+    real_rename = translate_corpus.FileSystems.rename
+
+    def failing_rename(sources, destinations):
+        if failure == "rename" and "input-" in destinations[0]:
+            raise OSError(28, "No space left on device")
+        return real_rename(sources, destinations)
 
     monkeypatch.setattr(translate_corpus.FileSystems, "create", failing_create)
-    with pytest.raises(OSError, match="No space left on device"):
+    monkeypatch.setattr(translate_corpus.FileSystems, "rename", failing_rename)
+    expected = (translate_corpus.CorpusError if damaged and failure in ("close", "rename")
+                else OSError)
+    with pytest.raises(expected) as raised:
         translate_corpus.translate_corpus("fake", paths, str(tmp_path / "out.txt"),
                                           handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert ("truncated or damaged" in str(raised.value)) == (expected is not OSError)
     assert sorted(os.listdir(tmp_path)) == ["part-0.gz"]
+
+
+def test_numbering_shows_one_bar_for_the_bytes_of_every_input(tmp_path, monkeypatch):
+    _, paths = compressed_inputs(tmp_path, [3000, 3000], "in.gz", gzip.compress)
+    bars = []
+
+    def progress_bar(total=None, unit="sentence"):
+        bars.append((total, unit, []))
+        return bars[-1][2].append
+
+    monkeypatch.setattr(translate_corpus, "NUMBERING_BAR_BYTES", 0)
+    monkeypatch.setattr(translate_corpus.translate, "progress_bar", progress_bar)
+    (tmp_path / "parts").mkdir()
+    translate_corpus._number_inputs(paths, True, str(tmp_path / "parts"), {})
+    total = sum(os.path.getsize(path) for path in paths)
+    assert [(bar_total, unit, told[-1]) for bar_total, unit, told in bars] == [
+        (total, "byte", total)]
 
 
 def test_the_compressed_input_benchmark_reads_the_same_lines_both_ways(capsys):
