@@ -735,9 +735,10 @@ def _start(artifact, paths, parts, progress, plan_options):
         return inputs, chunks, done, _keep_texts(parts, paths, written_texts)
     except BaseException:
         _delete_quietly(list(written_texts.values()) + ([plan_path] if made_plan else []))
-        if made_parts and not FileSystems.match(
-                [FileSystems.join(parts, "*")])[0].metadata_list:
-            _delete_quietly([parts])
+        with contextlib.suppress(Exception):  # the error that stopped the run counts
+            if made_parts and not FileSystems.match(
+                    [FileSystems.join(parts, "*")])[0].metadata_list:
+                FileSystems.delete([parts])
         raise
 
 
