@@ -138,12 +138,18 @@ def number_lines(path, progress=None, text_to=None):
 
     Raises:
         CorpusError: a compressed input is truncated or damaged (naming it).
-        OSError: reading the file or writing its text failed (the file system's error).
+        OSError: reading the file failed (the file system's error), or writing its text
+            (naming both).
     """
     compression = _compression_of(*_identity(path))
     try:
         return _number_lines(path, progress, text_to)
-    except _FileSystemError as error:  # reading or writing failed: not the file's data
+    except _TextError as error:
+        cause = error.__cause__
+        raise OSError(cause.errno, f"{text_to}: writing the text of {path} failed "
+                      f"({cause.strerror or cause}); translate-corpus needs room beside "
+                      "--output for the text of each compressed input") from None
+    except _FileSystemError as error:  # reading failed: not the file's data
         raise error.__cause__ from None
     except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as error:
         if compression == CompressionTypes.UNCOMPRESSED:
@@ -261,11 +267,16 @@ class _FileSystemError(Exception):
     damaged."""
 
 
-class _FileSystemFile:
-    """The file object `raw`, its `OSError`s raised as `_FileSystemError`s."""
+class _TextError(_FileSystemError):
+    """A `_FileSystemError` of writing an input's text."""
 
-    def __init__(self, raw):
+
+class _FileSystemFile:
+    """The file object `raw`, its `OSError`s raised as `error`s (`_FileSystemError`)."""
+
+    def __init__(self, raw, error=_FileSystemError):
         self._raw = raw
+        self._error = error
 
     def read(self, size=-1):
         return self._call(self._raw.read, size)
@@ -285,12 +296,11 @@ class _FileSystemFile:
     def seekable(self):
         return self._call(self._raw.seekable)
 
-    @staticmethod
-    def _call(method, *arguments):
+    def _call(self, method, *arguments):
         try:
             return method(*arguments)
         except OSError as error:
-            raise _FileSystemError() from error
+            raise self._error() from error
 
 
 @contextlib.contextmanager
@@ -330,12 +340,12 @@ def _open_input(path):
 @contextlib.contextmanager
 def _create(path):
     """`FileSystems.create(path)` of a plain file, its `OSError`s (creating, writing or
-    closing it; not those of the `with` block's own work) raised as `_FileSystemError`s."""
+    closing it; not those of the `with` block's own work) raised as `_TextError`s."""
     try:
         opened = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except OSError as error:
-        raise _FileSystemError() from error
-    file = _FileSystemFile(opened)
+        raise _TextError() from error
+    file = _FileSystemFile(opened, _TextError)
     try:
         yield file
     except BaseException:
@@ -579,6 +589,7 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         ValueError: `output` holds the parts of a run with other arguments.
         FileNotFoundError: a pattern matches nothing.
         CorpusError: a compressed input is truncated or damaged.
+        OSError: an input cannot be read, or its text written (`number_lines`).
     """
     paths = match_inputs(patterns)
     output = os.fspath(output)
@@ -597,32 +608,33 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
                          if name != "threads"}})
     todo = [chunk for chunk in chunks if chunk.number not in done]
     kept = sum(chunk.lines for chunk in chunks if chunk.number in done)
-    options = pipeline_options.PipelineOptions(pipeline_args(list(beam_args), verbose))
-    logger.info("Translating %d lines of %d files in %d chunks (%d to do) with %s.",
-                sum(numbered.lines for numbered in inputs), len(inputs), len(chunks),
-                len(todo), artifact)
-    with _quiet_beam(verbose):
-        pipeline = beam.Pipeline(options=options)
-        written = (pipeline
-                   | "Chunks" >> beam.Create(todo)
-                   | "Spread" >> beam.Reshuffle()
-                   | "Read" >> beam.Map(_read_keyed, texts)
-                   | "Translate" >> inference.RunInference(inference.KeyedModelHandler(
-                       handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
-                                                    **load_options)))
-                   | "Write" >> beam.Map(_ChunkWriter(parts, pairs=pairs, n_best=n_best,
-                                                      scores=scores).write))
-        _ = (written
-             | "Count" >> beam.combiners.Count.Globally()
-             | "Join" >> beam.Map(_join_chunks, parts, len(chunks), output))
-        watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
-        try:
+    try:
+        options = pipeline_options.PipelineOptions(pipeline_args(list(beam_args), verbose))
+        logger.info("Translating %d lines of %d files in %d chunks (%d to do) with %s.",
+                    sum(numbered.lines for numbered in inputs), len(inputs), len(chunks),
+                    len(todo), artifact)
+        with _quiet_beam(verbose):
+            pipeline = beam.Pipeline(options=options)
+            written = (pipeline
+                       | "Chunks" >> beam.Create(todo)
+                       | "Spread" >> beam.Reshuffle()
+                       | "Read" >> beam.Map(_read_keyed, texts)
+                       | "Translate" >> inference.RunInference(inference.KeyedModelHandler(
+                           handler or TranslatorHandler(artifact, n_best=n_best, seed=seed,
+                                                        **load_options)))
+                       | "Write" >> beam.Map(_ChunkWriter(parts, pairs=pairs, n_best=n_best,
+                                                          scores=scores).write))
+            _ = (written
+                 | "Count" >> beam.combiners.Count.Globally()
+                 | "Join" >> beam.Map(_join_chunks, parts, len(chunks), output))
+            watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
             result = _run(pipeline, output, parts, len(chunks), verbose=verbose,
                           watcher=watcher)
-        except BaseException:
-            # The next run writes them anew: no room taken until then.
-            _delete_quietly(list(texts.values()))
-            raise
+    except Exception:
+        # The next run writes them anew: no room taken until then. Not on an interrupt
+        # (KeyboardInterrupt): a runner elsewhere may still be reading them.
+        _delete_quietly(list(texts.values()))
+        raise
     return _corpus_result(result, output, inputs, len(chunks), kept)
 
 
@@ -713,7 +725,8 @@ def _start(artifact, paths, parts, progress, plan_options):
     made_parts = not FileSystems.exists(parts)
     if made_parts:
         FileSystems.mkdirs(parts)
-    written_texts, made_plan = {}, False  # compressed input -> its temporary text
+    # Compressed input -> its temporary text, then the text renamed into place.
+    written_texts, texts, made_plan = {}, {}, False
     try:
         # Before the export: an input that cannot be read is named without one.
         inputs = _number_inputs(paths, progress, parts, written_texts)
@@ -732,9 +745,11 @@ def _start(artifact, paths, parts, progress, plan_options):
                      [FileSystems.join(parts, "input-*.tmp-*")])[0].metadata_list
                  if metadata.path not in written_texts.values()]
         _delete_quietly(stale)
-        return inputs, chunks, done, _keep_texts(parts, paths, written_texts)
+        _keep_texts(parts, paths, written_texts, texts)
+        return inputs, chunks, done, texts
     except BaseException:
-        _delete_quietly(list(written_texts.values()) + ([plan_path] if made_plan else []))
+        _delete_quietly([*written_texts.values(), *texts.values(),
+                         *([plan_path] if made_plan else [])])
         with contextlib.suppress(Exception):  # the error that stopped the run counts
             if made_parts and not FileSystems.match(
                     [FileSystems.join(parts, "*")])[0].metadata_list:
@@ -764,11 +779,10 @@ def _number_inputs(paths, progress, parts, written_texts):
     return numbered
 
 
-def _keep_texts(parts, paths, written_texts):
-    """Renames each temporary file of `written_texts` (`{input path: temporary file}`,
-    emptied as it goes) to `parts/input-N`, N the input's place in `paths`, replacing an
-    earlier run's; returns `{input path: the file of its text}`."""
-    texts = {}
+def _keep_texts(parts, paths, written_texts, texts):
+    """Renames each temporary file of `written_texts` (`{input path: temporary file}`)
+    to `parts/input-N`, N the input's place in `paths`, replacing an earlier run's; moves
+    each entry, as it goes, to `texts` (`{input path: the file of its text}`)."""
     for index, path in enumerate(paths):
         if path in written_texts:
             text = _text_path(parts, index)
@@ -777,7 +791,6 @@ def _keep_texts(parts, paths, written_texts):
             FileSystems.rename([written_texts[path]], [text])
             del written_texts[path]
             texts[path] = text
-    return texts
 
 
 def _text_path(parts, index):
@@ -869,7 +882,8 @@ class _ChunkWriter:
 
 def _join_chunks(_, parts, count, output):
     """Joins the `count` chunk files of `parts` in order into `output`, through a
-    temporary name; then removes `parts`."""
+    temporary name; then removes `parts`: its files, then the folder (object stores
+    have none, and Beam's deletion of one there matches no file)."""
     temporary = f"{output}.tmp-{uuid.uuid4().hex}"
     compression = CompressionTypes.detect_compression_type(output)
     with FileSystems.create(temporary, compression_type=compression) as joined:
@@ -878,7 +892,9 @@ def _join_chunks(_, parts, count, output):
                                   compression_type=CompressionTypes.UNCOMPRESSED) as part:
                 shutil.copyfileobj(part, joined, 1 << 20)
     FileSystems.rename([temporary], [output])
-    FileSystems.delete([parts])
+    FileSystems.delete([metadata.path for metadata in FileSystems.match(
+        [FileSystems.join(parts, "*")])[0].metadata_list])
+    _delete_quietly([parts])
 
 
 class _ProgressWatcher:

@@ -9,6 +9,7 @@ import json
 import lzma
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -278,7 +279,8 @@ def compressed_inputs(directory, sizes, name, compress):
 
 
 def counting_decompressions(monkeypatch, compression):
-    """Counts the readers that decompress a `compression` input from its first byte."""
+    """Counts the readers that decompress a `compression` input from its first byte (in
+    this process: Beam's default runner runs its one worker here)."""
     readers = translate_corpus._WHOLE_STREAM_READERS
     opened, reader = [], readers[compression]
 
@@ -293,7 +295,7 @@ def counting_decompressions(monkeypatch, compression):
 @pytest.mark.parametrize("name, compress", COMPRESSIONS)
 def test_a_compressed_input_is_decompressed_once_for_all_its_chunks(tmp_path, monkeypatch,
                                                                    name, compress):
-    # Numbering writes its text, which its 20 chunks seek into: a chunk that decompressed
+    # Numbering writes its text, which its 21 chunks seek into: a chunk that decompressed
     # the file itself would read it up to its lines (work quadratic in the file). Its
     # first chunk holds the plain file's last lines too.
     lines, paths = compressed_inputs(tmp_path, [300, 2 * translate_corpus.STRIDE + 500],
@@ -319,7 +321,7 @@ def test_a_compressed_input_is_decompressed_once_for_all_its_chunks(tmp_path, mo
     assert not parts.exists()
 
 
-def test_a_run_refused_by_another_runs_parts_leaves_them_as_they_were(tmp_path):
+def test_a_run_refused_by_another_runs_parts_keeps_its_plan_and_chunks(tmp_path):
     lines, paths = compressed_inputs(tmp_path, [3000], "in.gz", gzip.compress)
     flag = tmp_path / "fail-once"
     flag.write_text("")
@@ -354,8 +356,9 @@ class FailingText:
             raise OSError(28, "No space left on device")
 
 
-@pytest.mark.parametrize("failure", ["create", "write", "close", "rename"])
-@pytest.mark.parametrize("damaged", [False, True])
+@pytest.mark.parametrize("failure, damaged", [
+    ("create", False), ("write", False), ("close", False), ("rename", False),
+    ("close", True)])  # the others fail before the damage is read
 def test_a_text_that_cannot_be_written_is_not_called_damaged_and_leaves_nothing(
         tmp_path, monkeypatch, failure, damaged):
     # The file system's error as it is; but damage found first is what a failing close
@@ -368,7 +371,7 @@ def test_a_text_that_cannot_be_written_is_not_called_damaged_and_leaves_nothing(
     real_create = translate_corpus.FileSystems.create
 
     def failing_create(path, *arguments, **options):
-        if "input-" not in path:
+        if not os.path.basename(path).startswith("input-"):
             return real_create(path, *arguments, **options)
         if failure == "create":
             raise OSError(28, "No space left on device")
@@ -377,7 +380,7 @@ def test_a_text_that_cannot_be_written_is_not_called_damaged_and_leaves_nothing(
     real_rename = translate_corpus.FileSystems.rename
 
     def failing_rename(sources, destinations):
-        if failure == "rename" and "input-" in destinations[0]:
+        if failure == "rename" and os.path.basename(destinations[0]).startswith("input-"):
             raise OSError(28, "No space left on device")
         return real_rename(sources, destinations)
 
@@ -389,7 +392,66 @@ def test_a_text_that_cannot_be_written_is_not_called_damaged_and_leaves_nothing(
         translate_corpus.translate_corpus("fake", paths, str(tmp_path / "out.txt"),
                                           handler=FakeHandler(), batch_size=BATCH_SIZE)
     assert ("truncated or damaged" in str(raised.value)) == (expected is not OSError)
+    if expected is OSError and failure != "rename":  # the text's error names it
+        assert re.search(r"\[Errno 28\] .*out\.txt\.parts/input-0000\.tmp-\w+: writing the "
+                         r"text of .*part-0\.gz failed \(No space left on device\); "
+                         r"translate-corpus needs room beside --output", str(raised.value))
     assert sorted(os.listdir(tmp_path)) == ["part-0.gz"]
+
+
+def test_a_rename_failing_at_the_second_text_leaves_neither(tmp_path, monkeypatch):
+    write_inputs(tmp_path, [300, 300])
+    for index in range(2):
+        plain = tmp_path / f"part-{index}.txt"
+        (tmp_path / f"part-{index}.gz").write_bytes(gzip.compress(plain.read_bytes()))
+        plain.unlink()
+    real_rename = translate_corpus.FileSystems.rename
+
+    def failing_rename(sources, destinations):
+        if os.path.basename(destinations[0]) == "input-0001":
+            raise OSError(28, "No space left on device")
+        return real_rename(sources, destinations)
+
+    monkeypatch.setattr(translate_corpus.FileSystems, "rename", failing_rename)
+    with pytest.raises(OSError, match="No space left on device"):
+        translate_corpus.translate_corpus("fake", [str(tmp_path / "part-*.gz")],
+                                          str(tmp_path / "out.txt"), handler=FakeHandler(),
+                                          batch_size=BATCH_SIZE)
+    assert sorted(os.listdir(tmp_path)) == ["part-0.gz", "part-1.gz"]
+
+
+def test_a_failing_listing_of_the_parts_does_not_hide_the_damage(tmp_path, monkeypatch):
+    _, paths = compressed_inputs(tmp_path, [3000], "in.gz", gzip.compress)
+    data = pathlib.Path(paths[0]).read_bytes()
+    pathlib.Path(paths[0]).write_bytes(data[:len(data) // 2])
+    real_match = translate_corpus.FileSystems.match
+
+    def failing_match(patterns, *arguments, **options):
+        if patterns[0].endswith("out.txt.parts/*"):
+            raise OSError(5, "Input/output error")
+        return real_match(patterns, *arguments, **options)
+
+    monkeypatch.setattr(translate_corpus.FileSystems, "match", failing_match)
+    with pytest.raises(translate_corpus.CorpusError, match="truncated or damaged"):
+        translate_corpus.translate_corpus("fake", paths, str(tmp_path / "out.txt"),
+                                          handler=FakeHandler(), batch_size=BATCH_SIZE)
+
+
+def test_a_finished_run_removes_the_files_of_parts_where_folders_are_not_files(
+        tmp_path, monkeypatch):
+    # As on object stores (gs://, s3://): deleting the folder's name deletes nothing.
+    lines, paths = compressed_inputs(tmp_path, [300, 3000], "in.gz", gzip.compress)
+    parts = tmp_path / "out.txt.parts"
+    real_delete = translate_corpus.FileSystems.delete
+
+    def object_store_delete(paths_to_delete):
+        return real_delete([path for path in paths_to_delete if path != str(parts)])
+
+    monkeypatch.setattr(translate_corpus.FileSystems, "delete", object_store_delete)
+    translate_corpus.translate_corpus("fake", paths, str(tmp_path / "out.txt"),
+                                      handler=FakeHandler(), batch_size=BATCH_SIZE)
+    assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
+    assert os.listdir(parts) == []
 
 
 def test_numbering_shows_one_bar_for_the_bytes_of_every_input(tmp_path, monkeypatch):
