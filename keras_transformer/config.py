@@ -201,7 +201,7 @@ def _section_from_dict(section_type, values, source):
 # epochs and for a time budget. Pre-LN (`normalize_first`), unlike the paper: at this
 # peak learning rate the post-LN model ignores the source (BENCHMARKS.md, "Why the
 # Multi30K presets are pre-LN"). Word dropout (`token_dropout`) raised val BLEU in both
-# presets at 0.99x the cost of an update (BENCHMARKS.md, rows q4 and q9).
+# presets at 0.99× the cost of an update (BENCHMARKS.md, rows q4 and q9).
 _MULTI30K_MODEL = dict(vocabulary_size=8000, num_layers=4, hidden_dim=128,
                        intermediate_dim=256, num_heads=4, dropout=0.3,
                        normalize_first=True, token_dropout=0.1)
