@@ -81,6 +81,9 @@ PARTS_SUFFIX = ".parts"
 # Numbering shows a progress bar only for inputs it takes seconds to read.
 NUMBERING_BAR_BYTES = 256 << 20
 PLAN_FILE = "plan.json"
+# Beam's runners that run in this process or its children.
+LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
+                 "SwitchingDirectRunner", "PrismRunner"}
 COUNTERS = "keras_transformer"
 # Beam's runner and options unless given: in-process, and workers that log warnings only.
 DEFAULT_PIPELINE_ARGS = {"--runner": "FnApiRunner",
@@ -553,6 +556,14 @@ def pipeline_args(args, verbose=False):
                      for item in (name, value))]
 
 
+def _runs_here(args):
+    """Whether Beam's options `args` name one of the runners in this process or its
+    children (the default: `DEFAULT_PIPELINE_ARGS`)."""
+    options = pipeline_options.PipelineOptions(pipeline_args(list(args)))
+    runner = options.view_as(pipeline_options.StandardOptions).runner
+    return runner in LOCAL_RUNNERS
+
+
 def workers_of(args):
     """The direct runner's workers that Beam's options `args` ask for (1 by default)."""
     options = pipeline_options.PipelineOptions(list(args))
@@ -586,13 +597,19 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
         The `CorpusResult`.
 
     Raises:
-        ValueError: `output` holds the parts of a run with other arguments.
+        ValueError: `output` holds the parts of a run with other arguments, or its name
+            a pattern's characters.
         FileNotFoundError: a pattern matches nothing.
         CorpusError: a compressed input is truncated or damaged.
         OSError: an input cannot be read, or its text written (`number_lines`).
     """
-    paths = match_inputs(patterns)
     output = os.fspath(output)
+    if set(output) & set("*?["):
+        # Beam's file patterns cannot escape them: listing OUTPUT.parts would match
+        # the parts of other outputs.
+        raise ValueError(f"--output {output}: a name without *, ? or [ (Beam reads them "
+                         "as patterns).")
+    paths = match_inputs(patterns)
     if output in paths:
         raise ValueError(f"--output {output} is one of the inputs: write elsewhere.")
     # The same local file under another spelling (./a, a symbolic link) too.
@@ -630,10 +647,11 @@ def translate_corpus(artifact, patterns, output, *, pairs=None, n_best=None, sco
             watcher = _ProgressWatcher(parts, chunks, kept) if progress else None
             result = _run(pipeline, output, parts, len(chunks), verbose=verbose,
                           watcher=watcher)
-    except Exception:
+    except BaseException as error:
         # The next run writes them anew: no room taken until then. Not on an interrupt
-        # (KeyboardInterrupt): a runner elsewhere may still be reading them.
-        _delete_quietly(list(texts.values()))
+        # of a runner elsewhere (Dataflow's job goes on): it may still read them.
+        if isinstance(error, Exception) or _runs_here(beam_args):
+            _delete_quietly(list(texts.values()))
         raise
     return _corpus_result(result, output, inputs, len(chunks), kept)
 
@@ -892,8 +910,12 @@ def _join_chunks(_, parts, count, output):
                                   compression_type=CompressionTypes.UNCOMPRESSED) as part:
                 shutil.copyfileobj(part, joined, 1 << 20)
     FileSystems.rename([temporary], [output])
-    FileSystems.delete([metadata.path for metadata in FileSystems.match(
-        [FileSystems.join(parts, "*")])[0].metadata_list])
+    try:  # the output is whole: what is left of `parts` only takes room
+        FileSystems.delete([metadata.path for metadata in FileSystems.match(
+            [FileSystems.join(parts, "*")])[0].metadata_list])
+    except Exception as error:  # noqa: BLE001  any file system's error
+        logger.warning("%s is complete; %s could not be removed (%s): delete it.",
+                       output, parts, error)
     _delete_quietly([parts])
 
 

@@ -6,6 +6,7 @@ import bz2
 import gzip
 import io
 import json
+import logging
 import lzma
 import os
 import pathlib
@@ -451,7 +452,63 @@ def test_a_finished_run_removes_the_files_of_parts_where_folders_are_not_files(
     translate_corpus.translate_corpus("fake", paths, str(tmp_path / "out.txt"),
                                       handler=FakeHandler(), batch_size=BATCH_SIZE)
     assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
+    assert sorted(os.listdir(tmp_path)) == ["out.txt", "out.txt.parts", "part-0.txt",
+                                            "part-1.gz"]
     assert os.listdir(parts) == []
+
+
+def test_a_finished_run_whose_parts_cannot_be_removed_succeeds_and_says_so(
+        tmp_path, monkeypatch, caplog):
+    lines = write_inputs(tmp_path, [300])
+    real_delete = translate_corpus.FileSystems.delete
+
+    def failing_delete(paths):
+        if any("chunk-" in path for path in paths):
+            raise OSError(13, "Permission denied")
+        return real_delete(paths)
+
+    monkeypatch.setattr(translate_corpus.FileSystems, "delete", failing_delete)
+    with caplog.at_level(logging.WARNING, logger=translate_corpus.__name__):
+        run(tmp_path, tmp_path / "out.txt")
+    assert (tmp_path / "out.txt").read_bytes() == expected_output(lines)
+    assert re.search(r"out\.txt is complete; .*out\.txt\.parts could not be removed "
+                     r"\(.*Permission denied\): delete it", caplog.text)
+
+
+@pytest.mark.parametrize("stop, runs_here, kept", [
+    (ValueError("Unexpected pipeline runner"), True, False),
+    (KeyboardInterrupt(), True, False),  # nothing else reads them
+    (KeyboardInterrupt(), False, True)])  # a job elsewhere may go on reading them
+def test_the_texts_go_when_the_pipeline_stops_unless_a_runner_elsewhere_reads_them(
+        tmp_path, monkeypatch, stop, runs_here, kept):
+    _, paths = compressed_inputs(tmp_path, [300, 3000], "in.gz", gzip.compress)
+
+    def stopped(*arguments, **options):
+        raise stop
+
+    monkeypatch.setattr(translate_corpus, "_run", stopped)
+    monkeypatch.setattr(translate_corpus, "_runs_here", lambda args: runs_here)
+    with pytest.raises(type(stop)):
+        translate_corpus.translate_corpus("fake", paths, str(tmp_path / "out.txt"),
+                                          handler=FakeHandler(), batch_size=BATCH_SIZE)
+    texts = [name for name in os.listdir(tmp_path / "out.txt.parts")
+             if name.startswith("input-")]
+    assert texts == (["input-0001"] if kept else [])
+
+
+@pytest.mark.parametrize("args, here", [
+    ([], True), (["--direct_num_workers", "2"], True), (["--runner", "DirectRunner"], True),
+    (["--runner", "DataflowRunner"], False), (["--runner=FlinkRunner"], False)])
+def test_runners_in_this_process_or_its_children_are_told_apart(args, here):
+    assert translate_corpus._runs_here(args) is here
+
+
+@pytest.mark.parametrize("name", ["out*.txt", "out?.txt", "out[1].txt"])
+def test_an_output_named_with_a_patterns_characters_is_refused(tmp_path, name):
+    write_inputs(tmp_path, [10])
+    with pytest.raises(ValueError, match=r"a name without \*, \? or \["):
+        run(tmp_path, tmp_path / name)
+    assert sorted(os.listdir(tmp_path)) == ["part-0.txt"]
 
 
 def test_numbering_shows_one_bar_for_the_bytes_of_every_input(tmp_path, monkeypatch):
