@@ -22,6 +22,7 @@ the translations kept beside its JSON, and rewrites that JSON and its row.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import gzip
@@ -30,7 +31,15 @@ import os
 import sys
 import time
 
+from keras_transformer.cli import console  # loads neither Keras nor TensorFlow
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow writes C++ start-up lines to stderr as the imports below load it, before
+# any Python setting applies: run as a script, they are filtered from here on, as
+# `keras-transformer` filters them (`console.native_stderr_filtered`).
+_native_stderr = contextlib.ExitStack()
+if __name__ == "__main__":
+    _native_stderr.enter_context(console.native_stderr_filtered())
 
 from benchmarks import common  # noqa: E402
 from keras_transformer import cli, evaluation, files, recipe  # noqa: E402
@@ -240,6 +249,13 @@ def append_row(path, row):
 
 
 def main(argv=None):
+    # The recipe's progress (training's epochs, the choices on val, the export) on
+    # stderr, each message once, as `keras-transformer recipe` shows it.
+    with console.console(verbose=False):
+        return _main(argv)
+
+
+def _main(argv):
     arguments = parse_arguments(argv)
     if arguments.rescore:
         return rescore(arguments)
@@ -273,4 +289,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with _native_stderr:
+        sys.exit(main())

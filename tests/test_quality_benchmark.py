@@ -3,7 +3,11 @@ scores the exported SavedModel on every one of them, and records a row."""
 
 import gzip
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 
 import keras
 import pytest
@@ -87,7 +91,7 @@ def a_minute_per_update(monkeypatch):
 
 @pytest.mark.timeout(900)  # trains, chooses, exports and scores twice: about 4 minutes
 def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
-        tmp_path, corpus_without_test_splits, a_minute_per_update):
+        tmp_path, corpus_without_test_splits, a_minute_per_update, capsys):
     data_dir, revealed = corpus_without_test_splits
     run_dir, results = tmp_path / "run", tmp_path / "RESULTS.md"
     arguments = ["--preset", "tiny", "--data-dir", str(data_dir),
@@ -95,6 +99,10 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
                  "0.6", "--results", str(results), "--note", "smoke", "num_layers=1"]
     assert quality.main([*arguments, "--json", str(tmp_path / "first.json")]) == 0
     assert revealed == [True]
+    # The recipe's progress shows, as `keras-transformer recipe` shows it.
+    progress = capsys.readouterr().err.splitlines()
+    assert f"Training into {run_dir}" in progress
+    assert any(line.startswith("Choosing on validation 1/") for line in progress), progress
     first = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
     assert first["training"]["updates"] == 1  # the budget ends training after one batch
     assert first["config"]["train"]["time_budget_minutes"] == 1
@@ -160,3 +168,17 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
     rescored = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
     assert rescored["test"] == recorded["test"]
     assert rescored["validation"] == recorded["validation"]
+
+
+def test_the_script_drops_tensorflows_start_up_lines():
+    # TensorFlow writes them from C++ as the script's imports load it; a user's shell
+    # sets no TF_CPP_MIN_LOG_LEVEL.
+    environment = {key: value for key, value in os.environ.items()
+                   if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-m", "benchmarks.quality", "--help"],
+                            capture_output=True, text=True, env=environment, timeout=300)
+    assert result.returncode == 0 and "--rescore" in result.stdout
+    # absl's lines (`I0000 00:00:…`, `E0000 …`) and its first warning.
+    noise = [line for line in result.stderr.splitlines()
+             if re.match(r"[IWEF]\d{4} ", line) or "absl::InitializeLog" in line]
+    assert noise == []
