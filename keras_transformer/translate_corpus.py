@@ -901,7 +901,16 @@ class _ChunkWriter:
 def _join_chunks(_, parts, count, output):
     """Joins the `count` chunk files of `parts` in order into `output`, through a
     temporary name; then removes `parts`: its files, then the folder (object stores
-    have none, and Beam's deletion of one there matches no file)."""
+    have none, and Beam's deletion of one there matches no file).
+
+    Runners retry a bundle whose worker failed or was lost, so this may run again after
+    an attempt that finished or was stopped while removing `parts`. Every chunk is
+    written before the join starts, and chunks are removed only once `output` is whole:
+    a chunk missing beside an existing `output` means that `output` is this run's, and
+    only the removal is left."""
+    if FileSystems.exists(output) and len(_written_chunks(parts)) < count:
+        _remove_parts(parts, output)
+        return
     temporary = f"{output}.tmp-{uuid.uuid4().hex}"
     compression = CompressionTypes.detect_compression_type(output)
     with FileSystems.create(temporary, compression_type=compression) as joined:
@@ -910,7 +919,13 @@ def _join_chunks(_, parts, count, output):
                                   compression_type=CompressionTypes.UNCOMPRESSED) as part:
                 shutil.copyfileobj(part, joined, 1 << 20)
     FileSystems.rename([temporary], [output])
-    try:  # the output is whole: what is left of `parts` only takes room
+    _remove_parts(parts, output)
+
+
+def _remove_parts(parts, output):
+    """Removes the files of `parts`, then the folder, once `output` is whole: what is
+    left of them only takes room, so a failure is a warning."""
+    try:
         FileSystems.delete([metadata.path for metadata in FileSystems.match(
             [FileSystems.join(parts, "*")])[0].metadata_list])
     except Exception as error:  # noqa: BLE001  any file system's error

@@ -475,6 +475,32 @@ def test_a_finished_run_whose_parts_cannot_be_removed_succeeds_and_says_so(
                      r"\(.*Permission denied\): delete it", caplog.text)
 
 
+def test_a_join_run_again_after_it_finished_keeps_the_output(tmp_path, caplog):
+    # Runners retry a bundle whose worker they lost: the join may run again after an
+    # attempt that renamed the output into place and removed all or some of the parts.
+    parts, output = tmp_path / "out.txt.parts", tmp_path / "out.txt"
+
+    def write_chunks(numbers):
+        parts.mkdir(exist_ok=True)
+        for number in numbers:
+            (parts / f"chunk-{number:08d}").write_bytes(b"line %d\n" % number)
+
+    write_chunks(range(3))
+    translate_corpus._join_chunks(None, str(parts), 3, str(output))
+    assert output.read_bytes() == b"line 0\nline 1\nline 2\n" and not parts.exists()
+    with caplog.at_level(logging.WARNING, logger=translate_corpus.__name__):
+        translate_corpus._join_chunks(None, str(parts), 3, str(output))  # all removed
+        write_chunks([2])  # stopped while removing
+        translate_corpus._join_chunks(None, str(parts), 3, str(output))
+    assert output.read_bytes() == b"line 0\nline 1\nline 2\n" and not parts.exists()
+    assert caplog.text == ""
+    # Without an output, a missing chunk is an error, as before.
+    write_chunks([1, 2])
+    with pytest.raises(OSError):
+        translate_corpus._join_chunks(None, str(parts), 3, str(tmp_path / "other.txt"))
+    assert not (tmp_path / "other.txt").exists()
+
+
 @pytest.mark.parametrize("stop, runs_here, kept", [
     (ValueError("Unexpected pipeline runner"), True, False),
     (KeyboardInterrupt(), True, False),  # nothing else reads them
