@@ -904,11 +904,12 @@ def _join_chunks(_, parts, count, output):
     have none, and Beam's deletion of one there matches no file).
 
     Runners retry a bundle whose worker failed or was lost, so this may run again after
-    an attempt that finished or was stopped while removing `parts`. Every chunk is
-    written before the join starts, and chunks are removed only once `output` is whole:
-    a chunk missing beside an existing `output` means that `output` is this run's, and
-    only the removal is left."""
-    if FileSystems.exists(output) and len(_written_chunks(parts)) < count:
+    an attempt that renamed `output` into place and removed all or some of `parts`. The
+    plan tells: the run's driver writes it before the pipeline starts, and only the
+    removal deletes it, first. Without it, only the removal is left; an `output` there
+    before this run (a rerun's) is no evidence, and neither is a listing that failed."""
+    if (not FileSystems.exists(FileSystems.join(parts, PLAN_FILE))
+            and FileSystems.exists(output)):
         _remove_parts(parts, output)
         return
     temporary = f"{output}.tmp-{uuid.uuid4().hex}"
@@ -923,9 +924,13 @@ def _join_chunks(_, parts, count, output):
 
 
 def _remove_parts(parts, output):
-    """Removes the files of `parts`, then the folder, once `output` is whole: what is
-    left of them only takes room, so a failure is a warning."""
+    """Removes the plan of `parts` (which says a join is to come: `_join_chunks`), its
+    other files, then the folder, once `output` is whole: what is left of them only
+    takes room, so a failure is a warning."""
+    plan_path = FileSystems.join(parts, PLAN_FILE)
     try:
+        if FileSystems.exists(plan_path):
+            FileSystems.delete([plan_path])
         FileSystems.delete([metadata.path for metadata in FileSystems.match(
             [FileSystems.join(parts, "*")])[0].metadata_list])
     except Exception as error:  # noqa: BLE001  any file system's error

@@ -475,29 +475,53 @@ def test_a_finished_run_whose_parts_cannot_be_removed_succeeds_and_says_so(
                      r"\(.*Permission denied\): delete it", caplog.text)
 
 
-def test_a_join_run_again_after_it_finished_keeps_the_output(tmp_path, caplog):
+def test_a_join_run_again_after_it_finished_keeps_the_output(tmp_path, caplog,
+                                                              monkeypatch):
     # Runners retry a bundle whose worker they lost: the join may run again after an
     # attempt that renamed the output into place and removed all or some of the parts.
     parts, output = tmp_path / "out.txt.parts", tmp_path / "out.txt"
 
-    def write_chunks(numbers):
+    def write_parts(numbers, plan=True):
         parts.mkdir(exist_ok=True)
+        if plan:  # the driver's, written before the pipeline starts
+            (parts / translate_corpus.PLAN_FILE).write_text("{}")
         for number in numbers:
             (parts / f"chunk-{number:08d}").write_bytes(b"line %d\n" % number)
 
-    write_chunks(range(3))
+    output.write_bytes(b"an earlier run's output\n")
+    write_parts(range(3))
     translate_corpus._join_chunks(None, str(parts), 3, str(output))
     assert output.read_bytes() == b"line 0\nline 1\nline 2\n" and not parts.exists()
     with caplog.at_level(logging.WARNING, logger=translate_corpus.__name__):
         translate_corpus._join_chunks(None, str(parts), 3, str(output))  # all removed
-        write_chunks([2])  # stopped while removing
+        write_parts([2], plan=False)  # stopped while removing: the plan goes first
         translate_corpus._join_chunks(None, str(parts), 3, str(output))
     assert output.read_bytes() == b"line 0\nline 1\nline 2\n" and not parts.exists()
     assert caplog.text == ""
-    # Without an output, a missing chunk is an error, as before.
-    write_chunks([1, 2])
-    with pytest.raises(OSError):
-        translate_corpus._join_chunks(None, str(parts), 3, str(tmp_path / "other.txt"))
+
+    class WorkerLost(BaseException):
+        pass
+
+    real_delete = translate_corpus.FileSystems.delete
+
+    def delete_one_then_stop(paths):  # the worker dies after one file
+        real_delete(paths[:1])
+        if len(paths) > 1:
+            raise WorkerLost()
+
+    write_parts(range(3))
+    with monkeypatch.context() as patch:
+        patch.setattr(translate_corpus.FileSystems, "delete", delete_one_then_stop)
+        with pytest.raises(WorkerLost):
+            translate_corpus._join_chunks(None, str(parts), 3, str(output))
+    translate_corpus._join_chunks(None, str(parts), 3, str(output))  # the retry
+    assert output.read_bytes() == b"line 0\nline 1\nline 2\n" and not parts.exists()
+    # With the plan there, a missing chunk is an error, beside an output or not.
+    for name in ("out.txt", "other.txt"):
+        write_parts([1, 2])
+        with pytest.raises(OSError):
+            translate_corpus._join_chunks(None, str(parts), 3, str(tmp_path / name))
+    assert output.read_bytes() == b"line 0\nline 1\nline 2\n"
     assert not (tmp_path / "other.txt").exists()
 
 
