@@ -22,6 +22,7 @@ the translations kept beside its JSON, and rewrites that JSON and its row.
 """
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import datetime
@@ -40,6 +41,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _native_stderr = contextlib.ExitStack()
 if __name__ == "__main__":
     _native_stderr.enter_context(console.native_stderr_filtered())
+    # Before the interpreter stops its threads, the filter's among them: the traceback
+    # of an import that fails below comes through whole.
+    atexit.register(_native_stderr.close)
 
 from benchmarks import common  # noqa: E402
 from keras_transformer import cli, evaluation, files, recipe  # noqa: E402

@@ -194,6 +194,28 @@ def test_the_main_job_trains_chooses_exports_checks_and_scores_every_test_split(
     assert noise == []
 
 
+STDERR_GONE = """
+import os
+from keras_transformer.cli import console
+read_end, write_end = os.pipe()
+os.dup2(write_end, 2)  # stderr: a pipe that nobody reads any more
+os.close(write_end)
+os.close(read_end)
+with console.native_stderr_filtered():
+    for _ in range(64):  # 512 KiB, more than a pipe holds
+        os.write(2, b"x" * 8191 + b"\\n")
+print("done")
+"""
+
+
+def test_the_stderr_filter_goes_on_reading_when_stderr_is_gone():
+    # `keras-transformer … 2>&1 | head`, a full disk: a filter that stopped reading would
+    # block the command at its next message once the pipe between them is full.
+    result = subprocess.run([sys.executable, "-c", STDERR_GONE], capture_output=True,
+                            text=True, timeout=60, cwd=REPOSITORY)
+    assert result.stdout == "done\n"
+
+
 def test_the_main_jobs_console_shows_each_message_once_in_the_commands_format(main_job):
     # absl's first message (from tf.saved_model.save) used to add a handler to the root
     # logger, after which every message came twice, the second `INFO:logger.name:...`.

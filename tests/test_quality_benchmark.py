@@ -18,6 +18,7 @@ from keras_transformer import evaluation, files, recipe
 from keras_transformer.data import multi30k
 from keras_transformer.data.text import read_lines
 from keras_transformer.training import callbacks as callbacks_lib
+from tests.conftest import REPOSITORY
 
 
 def test_append_row_makes_the_table_then_extends_it_in_place(tmp_path):
@@ -101,7 +102,7 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
     assert revealed == [True]
     # The recipe's progress shows, as `keras-transformer recipe` shows it.
     progress = capsys.readouterr().err.splitlines()
-    assert f"Training into {run_dir}" in progress
+    assert progress.count(f"Training into {run_dir}") == 1  # once: one handler
     assert any(line.startswith("Choosing on validation 1/") for line in progress), progress
     first = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
     assert first["training"]["updates"] == 1  # the budget ends training after one batch
@@ -170,15 +171,28 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
     assert rescored["validation"] == recorded["validation"]
 
 
+def run_script(*arguments, **environment):
+    # A user's shell sets no TF_CPP_MIN_LOG_LEVEL.
+    environment = {**{key: value for key, value in os.environ.items()
+                      if key != "TF_CPP_MIN_LOG_LEVEL"}, **environment}
+    return subprocess.run([sys.executable, "-m", "benchmarks.quality", *arguments],
+                          capture_output=True, text=True, env=environment, timeout=300,
+                          cwd=REPOSITORY)
+
+
 def test_the_script_drops_tensorflows_start_up_lines():
-    # TensorFlow writes them from C++ as the script's imports load it; a user's shell
-    # sets no TF_CPP_MIN_LOG_LEVEL.
-    environment = {key: value for key, value in os.environ.items()
-                   if key != "TF_CPP_MIN_LOG_LEVEL"}
-    result = subprocess.run([sys.executable, "-m", "benchmarks.quality", "--help"],
-                            capture_output=True, text=True, env=environment, timeout=300)
+    # TensorFlow writes them from C++ as the script's imports load it.
+    result = run_script("--help")
     assert result.returncode == 0 and "--rescore" in result.stdout
     # absl's lines (`I0000 00:00:…`, `E0000 …`) and its first warning.
     noise = [line for line in result.stderr.splitlines()
              if re.match(r"[IWEF]\d{4} ", line) or "absl::InitializeLog" in line]
     assert noise == []
+
+
+def test_an_import_that_fails_under_the_filter_shows_its_whole_traceback():
+    # Keras fails as it loads; the filter of stderr started before it.
+    result = run_script("--help", KERAS_BACKEND="no-such-backend")
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and "Traceback (most recent call last):" in lines
+    assert lines[-1].startswith("ValueError:") and "no-such-backend" in lines[-1]

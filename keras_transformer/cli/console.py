@@ -102,16 +102,22 @@ def native_stderr_filtered():
     os.dup2(write_end, 2)
     os.close(write_end)
 
+    def write(piece):
+        if not _STARTUP_NOISE.search(piece.decode("utf-8", "replace")):
+            # Dropped where the real stderr is gone (a closed pipe, a full disk): a
+            # thread that stopped reading would block the command on its next message.
+            with contextlib.suppress(OSError):
+                os.write(saved, piece)
+
     def copy():
         pending = b""
         while chunk := os.read(read_end, 65536):
             pending += chunk
             *pieces, pending = re.split(rb"(?<=[\r\n])", pending)
             for piece in pieces:
-                if not _STARTUP_NOISE.search(piece.decode("utf-8", "replace")):
-                    os.write(saved, piece)
-        if pending and not _STARTUP_NOISE.search(pending.decode("utf-8", "replace")):
-            os.write(saved, pending)
+                write(piece)
+        if pending:
+            write(pending)
 
     thread = threading.Thread(target=copy, daemon=True)
     thread.start()
