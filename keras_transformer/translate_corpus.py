@@ -842,6 +842,12 @@ def _start_parts(parts, plan):
         return _written_chunks(parts)
     if not FileSystems.exists(parts):
         FileSystems.mkdirs(parts)
+    # Chunks without a plan are a joined run's that its removal left (it deletes the
+    # plan first): none of them is this run's.
+    _delete_quietly([_chunk_path(parts, number) for number in _written_chunks(parts)])
+    if _written_chunks(parts):
+        raise OSError(f"{parts} holds chunks of an earlier run that cannot be removed: "
+                      "delete them, or write elsewhere.")
     _write_atomically(plan_path, text.encode("utf-8"))
     return set()
 
@@ -914,12 +920,17 @@ def _join_chunks(_, parts, count, output):
         return
     temporary = f"{output}.tmp-{uuid.uuid4().hex}"
     compression = CompressionTypes.detect_compression_type(output)
-    with FileSystems.create(temporary, compression_type=compression) as joined:
-        for number in range(count):
-            with FileSystems.open(_chunk_path(parts, number),
-                                  compression_type=CompressionTypes.UNCOMPRESSED) as part:
-                shutil.copyfileobj(part, joined, 1 << 20)
-    FileSystems.rename([temporary], [output])
+    try:
+        with FileSystems.create(temporary, compression_type=compression) as joined:
+            for number in range(count):
+                with FileSystems.open(_chunk_path(parts, number),
+                                      compression_type=CompressionTypes.UNCOMPRESSED) \
+                        as part:
+                    shutil.copyfileobj(part, joined, 1 << 20)
+        FileSystems.rename([temporary], [output])
+    except BaseException:
+        _delete_quietly([temporary])
+        raise
     _remove_parts(parts, output)
 
 

@@ -177,6 +177,34 @@ def test_a_failed_run_keeps_its_chunks_and_the_same_command_finishes(tmp_path):
     assert result.counters["lines_read"] == 500 - result.lines_kept
 
 
+def test_chunks_a_joined_run_left_without_its_plan_are_not_taken_as_done(tmp_path):
+    # A joined run whose removal stopped after the plan (it goes first) left a chunk; a
+    # later run into the same output fails before its own chunk 2, then runs again.
+    lines = write_inputs(tmp_path, [200, 300])
+    parts, output = tmp_path / "out.txt.parts", tmp_path / "out.txt"
+    parts.mkdir()
+    (parts / "chunk-00000002").write_bytes(b"an earlier run's line\n" * 128)
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    with pytest.raises(translate_corpus.CorpusTranslationError, match="planted failure"):
+        run(tmp_path, output, handler=FakeHandler(fail_at=300, flag=str(flag)))
+    assert "chunk-00000002" not in os.listdir(parts)
+    run(tmp_path, output)
+    assert output.read_bytes() == expected_output(lines)
+
+
+def test_chunks_without_a_plan_that_cannot_be_removed_stop_the_run(tmp_path, monkeypatch):
+    write_inputs(tmp_path, [200])
+    parts = tmp_path / "out.txt.parts"
+    parts.mkdir()
+    (parts / "chunk-00000001").write_bytes(b"an earlier run's line\n")
+    monkeypatch.setattr(translate_corpus.FileSystems, "delete", lambda paths: None)
+    with pytest.raises(OSError, match=r"out\.txt\.parts holds chunks of an earlier run "
+                                      r"that cannot be removed"):
+        run(tmp_path, tmp_path / "out.txt")
+    assert sorted(os.listdir(parts)) == ["chunk-00000001"]  # no plan was written
+
+
 def test_a_run_with_other_arguments_refuses_the_parts_of_another(tmp_path):
     write_inputs(tmp_path, [300])
     flag = tmp_path / "fail-once"
@@ -523,6 +551,7 @@ def test_a_join_run_again_after_it_finished_keeps_the_output(tmp_path, caplog,
             translate_corpus._join_chunks(None, str(parts), 3, str(tmp_path / name))
     assert output.read_bytes() == b"line 0\nline 1\nline 2\n"
     assert not (tmp_path / "other.txt").exists()
+    assert sorted(os.listdir(tmp_path)) == ["out.txt", "out.txt.parts"]  # no .tmp-
 
 
 @pytest.mark.parametrize("stop, runs_here, kept", [
