@@ -208,6 +208,37 @@ print("done")
 """
 
 
+STDERR_SLOW = """
+import os, threading, time
+from keras_transformer.cli import console
+read_end, write_end = os.pipe()
+os.set_blocking(write_end, False)  # as a parent may share it
+os.dup2(write_end, 2)
+os.close(write_end)
+received = []
+
+def read_slowly():
+    while data := os.read(read_end, 4096):
+        received.append(data)
+        time.sleep(0.001)
+
+reader = threading.Thread(target=read_slowly)
+reader.start()
+with console.native_stderr_filtered():
+    for number in range(4096):  # 512 KiB
+        os.write(2, b"%07d " % number + b"x" * 119 + b"\\n")
+os.close(2)
+reader.join()
+print(len(b"".join(received)))
+"""
+
+
+def test_the_stderr_filter_writes_all_to_a_slow_non_blocking_stderr():
+    result = subprocess.run([sys.executable, "-c", STDERR_SLOW], capture_output=True,
+                            text=True, timeout=120, cwd=REPOSITORY)
+    assert result.stdout == f"{4096 * 128}\n", result.stderr
+
+
 def test_the_stderr_filter_goes_on_reading_when_stderr_is_gone():
     # `keras-transformer … 2>&1 | head`, a full disk: a filter that stopped reading would
     # block the command at its next message once the pipe between them is full.

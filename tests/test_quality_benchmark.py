@@ -172,9 +172,11 @@ def test_chooses_on_validation_scores_every_test_split_last_and_records_one_row(
 
 
 def run_script(*arguments, **environment):
-    # A user's shell sets no TF_CPP_MIN_LOG_LEVEL.
+    # A user's shell sets no TF_CPP_MIN_LOG_LEVEL; tracebacks in plain text (Python 3.13
+    # colours them where FORCE_COLOR is set).
     environment = {**{key: value for key, value in os.environ.items()
-                      if key != "TF_CPP_MIN_LOG_LEVEL"}, **environment}
+                      if key not in ("TF_CPP_MIN_LOG_LEVEL", "FORCE_COLOR")},
+                   "PYTHON_COLORS": "0", **environment}
     return subprocess.run([sys.executable, "-m", "benchmarks.quality", *arguments],
                           capture_output=True, text=True, env=environment, timeout=300,
                           cwd=REPOSITORY)

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import re
+import select
 import sys
 import threading
 
@@ -102,12 +103,22 @@ def native_stderr_filtered():
     os.dup2(write_end, 2)
     os.close(write_end)
 
+    stderr_gone = threading.Event()
+
     def write(piece):
-        if not _STARTUP_NOISE.search(piece.decode("utf-8", "replace")):
-            # Dropped where the real stderr is gone (a closed pipe, a full disk): a
-            # thread that stopped reading would block the command on its next message.
-            with contextlib.suppress(OSError):
-                os.write(saved, piece)
+        if stderr_gone.is_set() or _STARTUP_NOISE.search(piece.decode("utf-8", "replace")):
+            return
+        remaining = memoryview(piece)
+        while remaining:  # a write may take part of it
+            try:
+                remaining = remaining[os.write(saved, remaining):]
+            except BlockingIOError:  # a stderr shared in non-blocking mode
+                select.select([], [saved], [])
+            except OSError:
+                # A closed pipe, a full disk: the rest is dropped, and the thread reads
+                # on, or the command would block on its next message.
+                stderr_gone.set()
+                return
 
     def copy():
         pending = b""
@@ -127,5 +138,6 @@ def native_stderr_filtered():
         sys.stderr.flush()
         os.dup2(saved, 2)  # closes the pipe's last write end: the thread reads to its end
         thread.join(timeout=5)
-        os.close(read_end)
-        os.close(saved)
+        if not thread.is_alive():  # else a child holds the pipe: its descriptors stay
+            os.close(read_end)
+            os.close(saved)
